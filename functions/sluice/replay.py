@@ -174,7 +174,8 @@ class ReplayService:
                 await self._score(principal, node, key, [one], tally)
             return
         counts = None if rows.count(1) == len(rows) else np.asarray(rows)  # None: a row each (single-row requests)
-        done = await score_many(self.predictions, principal, node, Records(inputs, counts), max_rows=self.batch_rows)
+        scalars = frozenset(name for name, tensor in batch[0]["inputs"].items() if not tensor["shape"])  # a value per record, each scored alone
+        done = await score_many(self.predictions, principal, node, Records(inputs, counts, scalars=scalars), max_rows=self.batch_rows)
         classes = batch[0].get("classes") or {}
         for result in done.results:
             answer = result.answer

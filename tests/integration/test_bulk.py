@@ -256,6 +256,43 @@ def test_every_record_is_answered_with_its_own_rows_or_fails_alone(lookup: Conta
         assert [n for n, _, _ in calls] == [sum(rows[i] for i in part) for part in parts]
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(st.floats(-1e6, 1e6, width=32), max_size=20), max_rows=st.integers(1, 8), node=st.booleans())
+def test_records_of_a_scalar_input_are_each_a_call_of_their_own(demo: Container, acme: Principal, values: list[float], max_rows: int, node: bool) -> None:
+    """A model whose input is a scalar (shape []) takes no batch: each record (`scalars`: a
+    value per record) is its own call, given its value as a scalar, whatever `max_rows`, and
+    its 0-d answer is its one row; every record is answered (through a deployment or a node)."""
+    from sluice.domain.policy import parse_policy
+    from tests.models import relu_model
+
+    if "scalar" not in {d.name for d in demo.registry.list_deployments(acme.tenant)}:
+        demo.models.push(acme, "scalar", relu_model([]))
+        demo.deployments.create(acme, "scalar", single("scalar", 1))
+    shapes: list[tuple[int, ...]] = []
+    predict, run_node = demo.predictions.predict, demo.predictions.run_node
+
+    async def predicting(principal: Principal, request: Any) -> Any:
+        shapes.append(request.inputs.arrays["x"].shape)
+        return await predict(principal, request)
+
+    async def running(tenant: str, target: Any, arrays: dict[str, np.ndarray], **kw: Any) -> Any:
+        shapes.append(arrays["x"].shape)
+        return await run_node(tenant, target, arrays, **kw)
+
+    demo.predictions.predict, demo.predictions.run_node = predicting, running  # type: ignore[method-assign]
+    try:
+        target = parse_policy(single("scalar", 1)) if node else "scalar"
+        records = Records({"x": np.asarray(values, dtype=np.float32)}, scalars=frozenset({"x"}))
+        done = run(score_many(demo.predictions, acme, target, records, max_rows=max_rows))
+    finally:
+        demo.predictions.predict, demo.predictions.run_node = predict, run_node  # type: ignore[method-assign]
+    assert not done.errors and done.calls == len(values) and shapes == [()] * len(values)
+    for i, outcome in enumerate(done.by_record()):
+        assert isinstance(outcome, Result)
+        (y,) = outcome.outputs_of(0).values()
+        assert y.shape == (1,) and y[0] == np.float32(max(values[i], 0.0))
+
+
 class NoAsync:
     """InvokeEndpointAsync must not be called: a batch job or a stream reads no queued answer."""
 

@@ -187,3 +187,22 @@ def test_the_s3_reader_reads_the_delivery_streams_layout(monkeypatch: pytest.Mon
         found: list[dict[str, Any]] = list(S3Capture("batch", client=s3).records("acme", "iris", now - 60, now + 1))
         assert [r["request_id"] for r in found] == ["acme-0", "acme-1", "acme-2"]
         assert list(S3Capture("batch", client=s3).records("acme", "iris", now + 10, now + 60)) == []
+
+
+def test_captured_scalar_requests_replay_each_alone_and_are_compared(demo: Container, acme: Principal, keys: dict[str, str]) -> None:
+    """A model whose input is a scalar (shape []): its captured requests are replayed one call
+    each (a scalar takes no batch) and each compared, one row, with what was captured."""
+    from tests.models import relu_model
+
+    demo.models.push(acme, "scalar", relu_model([]))
+    demo.models.push(acme, "scalar", relu_model([]))  # the same graph again: version 2 agrees everywhere
+    demo.deployments.create(acme, "scalar", {"kind": "single", "model": "scalar", "version": 1}, capture={"sample_percent": 100})
+    client = TestClient(create_app(demo))
+    values = [-2.0, -0.5, 0.0, 1.5, 3.0, 8.25]
+    for x in values:
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [], "data": [x]}]}
+        assert client.post("/v2/models/scalar/infer", json=body, headers=auth(keys["acme"])).status_code == 200
+    assert demo.capture is not None and demo.capture.drain()
+    out = demo.replay.replay(acme, "scalar", since="1h", against="scalar:2")
+    assert (out["records"], out["rows"], out["scored_rows"], out["failed_rows"], out["failures"]) == (6, 6, 6, 0, {}), out
+    assert out["verdict"]["compared"] == 6 and out["verdict"]["max_abs_diff"] == 0.0, out["verdict"]

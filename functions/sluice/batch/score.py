@@ -117,6 +117,8 @@ class ChunkScorer:
         publishing = Publishing(self.precomputed, spec, spec.publish) if spec.publish is not None and self.precomputed is not None else None
         columns = list(dict.fromkeys([*keys, *([publishing.key] if publishing else []), *needed_columns(feeds)]))
         run_rows = self._rows_per_call(resolved, feeds)
+        # A row of a scalar input (rank 0) is its value alone: the bulk call scores it alone.
+        scalars = frozenset(spec.name for spec in signature.inputs if not spec.shape)
         with_variant = any(node.kind == "split" for node in walk(resolved.node))
         versions: Counter[str] = Counter()
         pool = self._pool(threads)
@@ -130,7 +132,7 @@ class ChunkScorer:
                 for piece in _read_ahead(pieces) if spec.format == "parquet" else pieces:
                     rows_in += len(piece.records)  # counted by the record grammar, not the parser
                     errors.write([_dropped(number, reason, text, keys, chunk.uri) for number, reason, text in piece.dropped])
-                    scoring.append(self._start_piece(principal, feeds, spec, piece, run_rows, with_variant, pool, threads, publishing))
+                    scoring.append(self._start_piece(principal, feeds, spec, piece, run_rows, with_variant, pool, threads, publishing, scalars))
                     while len(scoring) > 1:
                         _finish_piece(scoring.popleft(), spec, part, errors, versions, chunk.uri, publishing)
                 while scoring:
@@ -196,6 +198,7 @@ class ChunkScorer:
         pool: ThreadPoolExecutor | None,
         threads: int,
         publishing: Publishing | None = None,
+        scalars: frozenset[str] = frozenset(),
     ) -> _Scoring:
         """Check a piece's rows once, and start scoring the good ones (on the pool, a share per
         thread, or here when there is none)."""
@@ -215,7 +218,7 @@ class ChunkScorer:
         shares: list[Future[_Scored] | _Scored] = []
         for at in range(0, count, size or 1):
             share = slice(at, min(at + size, count))
-            args = (principal, spec, table, piece.rows, rows, arrays, share, run_rows, with_variant, publishing, entities)
+            args = (principal, spec, table, piece.rows, rows, arrays, share, run_rows, with_variant, publishing, entities, scalars)
             shares.append(pool.submit(self._score_share, *args) if pool is not None else self._score_share(*args))
         return _Scoring(piece, reasons, shares)
 
@@ -232,6 +235,7 @@ class ChunkScorer:
         with_variant: bool,
         publishing: Publishing | None = None,
         entities: np.ndarray | None = None,
+        scalars: frozenset[str] = frozenset(),
     ) -> _Scored:
         """Score a share of a piece's good rows (`rows`: their places in the piece; None, every
         row), and make the output columns of each call as it answers (this thread's Python work
@@ -253,7 +257,7 @@ class ChunkScorer:
             if publishing is not None and entities is not None:
                 scored.published += publishing.collect(entities[taken], answer)
 
-        records = Records({name: array[share] for name, array in arrays.items()})
+        records = Records({name: array[share] for name, array in arrays.items()}, scalars=scalars)
         outcomes = run(score_many(
             self.predictions, principal, spec.deployment, records,
             max_rows=run_rows, mirrors=False, stop_on_retry=True, on_result=present,

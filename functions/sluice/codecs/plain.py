@@ -11,6 +11,7 @@ import numpy as np
 
 from sluice.caching import keep
 from sluice.codecs.arrow_numbers import from_numbers, from_text, take, text_column
+from sluice.domain.results import as_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -90,15 +91,9 @@ def present_rows(
 ) -> list[dict[str, Any]]:
     """One plain-JSON dict per input row: `prediction`, and for classifiers
     `probabilities` ({label: p}) and `confidence` (the top probability)."""
+    result = as_rows(result)  # a scalar answer (a 0-d output, as a server may give): one row
     outputs = result.outputs
-    try:
-        n = len(next(iter(outputs.values()))) if outputs else 0
-    except TypeError:  # a scalar answer (a 0-d output, as a server may give): one row
-        outputs = {k: np.reshape(v, (1,)) if np.ndim(v) == 0 else v for k, v in outputs.items()}
-        from sluice.domain.results import InferenceResult
-
-        result = InferenceResult(outputs, result.classes, result.maps)
-        n = 1
+    n = len(next(iter(outputs.values()))) if outputs else 0
     if n == 0:
         return []
     plain = _Plain(signature, result)
@@ -150,6 +145,7 @@ def present_columns(signature: Signature, result: InferenceResult, *, flat: bool
     over numbered columns (`prediction_0`, …), for formats without lists (CSV)."""
     import pyarrow as pa
 
+    result = as_rows(result)  # a scalar answer: one row
     outputs = result.outputs
     plain = _Plain(signature, result)
     label, probs, classes, values = plain.label, plain.probs, plain.classes, plain.values

@@ -44,6 +44,17 @@ def rows_of(arrays: Mapping[str, np.ndarray]) -> int:
     return int(first.shape[0]) if first.shape else 1
 
 
+def as_rows(result: InferenceResult) -> InferenceResult:
+    """`result` with each rank-0 output (a scalar model's answer to one scalar) viewed as one
+    row, by `rows_of`'s rule, for what reads an answer row by row (plain JSON, batch columns,
+    the bulk call sharing an answer out by record). `result` itself is left as it is (a cache
+    or capture may hold it); one without such outputs is returned as it is."""
+    if all(getattr(array, "ndim", 1) for array in result.outputs.values()):
+        return result
+    outputs = {name: array if getattr(array, "ndim", 1) else array[None] for name, array in result.outputs.items()}
+    return InferenceResult(outputs, result.classes, result.maps, result.loaded)
+
+
 @dataclass(slots=True)
 class InferenceResult:
     outputs: dict[str, np.ndarray]

@@ -9,7 +9,9 @@ arrays) and writing (outcomes presented). It
 - groups the records by the route each would take alone: a variant asked for, or a sticky
   split's routing key, hashed here as the split would hash it;
 - makes one call (`PredictionService.predict`, or `run_node` for a policy node) per group and
-  per `max_rows` rows;
+  per `max_rows` rows; but one call per record where its inputs include a scalar (rank 0,
+  `Records.scalars`): a rank-0 input takes no batch, so such records are never joined (as the
+  adaptive batcher never joins such a request), and a scalar answer is its record's one row;
 - isolates the records a call refuses (400, 413, 422: the model or the checks) by bisecting
   it, so no other record fails with one: k refused records among n cost at most about
   2k·log2(n/k) calls more;
@@ -27,7 +29,7 @@ objects, and a record's own outputs are views of its call's answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise, repeat
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +46,7 @@ from sluice.domain.errors import (
 from sluice.domain.graphs import reads_routing_key
 from sluice.domain.policy import walk
 from sluice.domain.requests import ArrayInputs, PredictionRequest
-from sluice.domain.results import answering_in_place, rows_of
+from sluice.domain.results import answering_in_place, as_rows, rows_of
 from sluice.observability import get_logger
 from sluice.routing.choose import sticky_pick
 
@@ -67,13 +69,16 @@ class Records:
     after record. `rows`: how many rows each record has (None: one each, as batch rows are).
     `variants` and `keys`, where given, say per record which variant it asks for and its
     routing key; they only matter to a deployment that splits. `ids`, where given, are what
-    a deployment that captures keeps each record under."""
+    a deployment that captures keeps each record under. `scalars`: the inputs each record
+    gives as a scalar (rank 0: a model of a scalar input), held one value per record on a
+    leading axis; each such record is scored by a call of its own, given its value as it is."""
 
     arrays: Mapping[str, np.ndarray]
     rows: np.ndarray | None = None
     variants: Sequence[str | None] | None = None
     keys: Sequence[str | None] | None = None
     ids: Sequence[Any] | None = None  # each record's id, where records have one: capture keeps each apart
+    scalars: frozenset[str] = frozenset()  # inputs of rank 0: a value per record, each record a call alone
 
     def __len__(self) -> int:
         if self.rows is not None:
@@ -86,7 +91,8 @@ class Result:
     """Records one call answered. `records`: their positions in `Records`, in the answer's
     order; `rows`: the rows of `Records.arrays` the call took (a driver takes its own columns
     with it: keys, captured outputs); `offsets`: where each record's rows start in the answer,
-    and where the last ends (None: one row each)."""
+    and where the last ends (None: one row each). `answer`: the call's, a scalar answer (rank-0
+    outputs) as one row (`as_rows`)."""
 
     answer: Answer
     prediction: Prediction | None  # the whole prediction, when the call was `predict`
@@ -198,8 +204,8 @@ async def score_many(
     """Score every record for `principal`: through deployment `target` (`predict`, its
     routing, checks, statistics), or through policy node `target` (`run_node`, for
     `principal`'s tenant: no routing by key, no mirrors). At most `max_rows` rows per call
-    (a record with more goes alone). `mirrors`: False offline (a batch job runs no shadow
-    mirrors). `stop_on_retry`: once a call fails for retry, the records not yet tried are
+    (a record with more goes alone; a record of scalars always does). `mirrors`: False
+    offline (a batch job runs no shadow mirrors). `stop_on_retry`: once a call fails for retry, the records not yet tried are
     marked for retry too, without a call (for a driver that retries everything anyway).
     `resolved`: deployment `target` as the reader already resolved it (to decode against its
     signature), so it is not looked up again here. `on_result`: called with each result as
@@ -220,11 +226,11 @@ async def score_many(
                 out._error(Error(slice(0, count), exc, _retryable(exc)), count)
                 return out
         bulk = _Bulk(predictions, principal, target, records, offsets, out, mirrors, stop_on_retry, on_result)
-        if not routed and offsets is None and 0 < count <= max_rows:  # the common case: one call
+        if not routed and offsets is None and 0 < count <= max_rows and not records.scalars:  # the common case: one call
             await bulk.call(slice(0, count), None, None)
         else:
             for variant, key, chosen in _groups(resolved.node, records, count) if routed else ((None, None, slice(0, count)),):  # type: ignore[union-attr]
-                for part in _parts(chosen, offsets, max_rows):
+                for part in _each(chosen) if records.scalars else _parts(chosen, offsets, max_rows):
                     await bulk.call(part, variant, key)
         assert out.answered + out.failed == count, f"{count} records in, {out.answered} answered and {out.failed} failed"
         return out
@@ -240,15 +246,18 @@ def sticky_field(node: Node) -> str | None:
 class _Bulk:
     """One `score_many`: its calls, and the bisecting of a refused one."""
 
-    __slots__ = ("arrays", "ids", "mirrors", "offsets", "on_result", "out", "predictions", "principal", "rows", "stop_on_retry", "stopped", "target")
+    __slots__ = (
+        "arrays", "ids", "mirrors", "offsets", "on_result", "out", "predictions", "principal", "rows", "scalars", "stop_on_retry", "stopped", "target",
+    )  # fmt: skip
 
     def __init__(
         self, predictions: PredictionService, principal: Principal, target: str | Node, records: Records,
         offsets: np.ndarray | None, out: Outcomes, mirrors: bool, stop_on_retry: bool, on_result: Callable[[Result], object] | None,
     ) -> None:  # fmt: skip
         self.predictions, self.principal, self.target = predictions, principal, target
-        self.arrays, self.offsets, self.out, self.ids = records.arrays, offsets, out, records.ids
-        self.rows = -1 if not records.arrays else rows_of(records.arrays)  # every row: the arrays as they are
+        self.arrays, self.offsets, self.out, self.ids, self.scalars = records.arrays, offsets, out, records.ids, records.scalars
+        # Every row: the arrays as they are (never with scalars: each call takes one record's).
+        self.rows = -1 if not records.arrays or records.scalars else rows_of(records.arrays)
         self.mirrors, self.stop_on_retry, self.on_result = mirrors, stop_on_retry, on_result
         self.stopped: Error | None = None
 
@@ -259,7 +268,11 @@ class _Bulk:
         rows, offsets = _rows(chosen, self.offsets)
         taken = _count(rows)
         whole = isinstance(rows, slice) and rows.start == 0 and rows.stop == self.rows
-        arrays = self.arrays if whole else {name: array[rows] for name, array in self.arrays.items()}
+        if self.scalars:  # one record (`_each`): its scalars as it gave them, rank 0, its other inputs' rows
+            (at,) = _positions(chosen)
+            arrays = {name: array[at, ...] if name in self.scalars else array[rows] for name, array in self.arrays.items()}
+        else:
+            arrays = self.arrays if whole else {name: array[rows] for name, array in self.arrays.items()}
         prediction = None
         self.out.calls += 1
         try:
@@ -276,9 +289,12 @@ class _Bulk:
                     answer = await self.predictions.run_node(self.principal.tenant, self.target, arrays, budget_s=budget)
                 except TimeoutError:
                     raise DeadlineExceeded(f"no answer within {budget:g} s") from None
-            for name, array in answer.result.outputs.items():  # shared out by record below: one row each asked for
-                if array.ndim == 0 or array.shape[0] != taken:
-                    raise BackendError(f"output '{name}' has {array.shape[0] if array.ndim else 0} rows for {taken} asked")
+            shared = as_rows(answer.result)  # shared out by record below: a scalar answer is one row
+            for name, array in shared.outputs.items():  # one row each asked for
+                if array.shape[0] != taken:
+                    raise BackendError(f"output '{name}' has {array.shape[0]} rows for {taken} asked")
+            if shared is not answer.result:  # the answer as the call gave it stays as it is (a cache may hold it)
+                answer = replace(answer, result=shared)
         except Exception as exc:  # sorted below: refused (bisect), or retried; never lost
             retry = _retryable(exc)
             if not isinstance(exc, SluiceError):
@@ -358,6 +374,13 @@ def _count(chosen: Selection) -> int:
 
 def _positions(chosen: Selection) -> range | np.ndarray:
     return range(chosen.start, chosen.stop) if isinstance(chosen, slice) else chosen
+
+
+def _each(chosen: Selection) -> list[Selection]:
+    """The chosen records one by one, in order."""
+    if isinstance(chosen, slice):
+        return [slice(at, at + 1) for at in range(chosen.start, chosen.stop)]
+    return [chosen[at : at + 1] for at in range(len(chosen))]
 
 
 def _halves(chosen: Selection) -> tuple[Selection, Selection]:

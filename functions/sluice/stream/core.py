@@ -183,7 +183,7 @@ class StreamScorer:
         else:
             request = PredictionRequest(self.deployment, RowInputs(inputs=inputs, features=features, batch=body.get("batch")))
         arrays = self.predictions.decode(signature, request)
-        rows = rows_of(arrays)
+        rows = rows_of({name: array for name, array in arrays.items() if array.ndim} or arrays)  # a scalar is one row; beside batched inputs, theirs
         key = body.get("routing_key")
         if key is None and field:
             key = body.get(field)
@@ -241,7 +241,7 @@ class StreamScorer:
         for result in done.results:
             prediction = result.prediction
             assert prediction is not None  # answered by `predict`
-            answer = prediction.answer
+            answer = result.answer  # a scalar answer as its record's one row
             rows = present_rows(answer.signature, answer.result)
             who = who_answered(prediction)
             who.pop("latency_ms", None)  # the call's, not the record's
@@ -284,8 +284,10 @@ def _told(who: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Layout:
-    """Records whose arrays stack (the same inputs, the same shape past the batch axis): the
-    hot records first, then the full decode's, as one `Records`."""
+    """Records whose arrays stack (the same inputs, the same shape past the batch axis, the
+    same inputs given as scalars): the hot records first, then the full decode's, as one
+    `Records`. Scalars (rank 0) are stacked on a new leading axis, one value per record, and
+    the bulk call scores each such record alone (a rank-0 input takes no batch)."""
 
     __slots__ = ("full", "hot", "records")
 
@@ -309,21 +311,27 @@ def _layouts(hot: list[tuple[int, Any, Any]], stacked: tuple[str, np.ndarray] | 
 
 
 def _shape(arrays: dict[str, np.ndarray]) -> tuple[Any, ...]:
-    return tuple(sorted((name, array.shape[1:]) for name, array in arrays.items()))
+    """What records must share to stack: each input's shape past the batch axis (None for a
+    scalar, which has no batch axis: never stacked with a record of one row)."""
+    return tuple(sorted((name, array.shape[1:] if array.ndim else None) for name, array in arrays.items()))
 
 
 def _layout(hot: list[tuple[int, Any, Any]], parts: dict[str, list[np.ndarray]], items: list[_Item]) -> _Layout:
     for item in items:
         for name, array in item.arrays.items():
             parts.setdefault(name, []).append(array)
-    arrays = {name: arrays[0] if len(arrays) == 1 else np.concatenate(arrays) for name, arrays in parts.items()}
+    scalars = frozenset(name for name, arrays in parts.items() if arrays[0].ndim == 0)  # a layout's records all give them so
+    arrays = {
+        name: np.stack(arrays) if name in scalars else arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+        for name, arrays in parts.items()
+    }  # fmt: skip
     ids = [rid for _, rid, _ in hot] + [item.id for item in items]
     if not items:  # hot records only: a row each, no route asked for
         return _Layout(hot, items, Records(arrays, ids=ids))
     rows = np.asarray([1] * len(hot) + [item.rows for item in items], dtype=np.intp)
     variants = [None] * len(hot) + [item.variant for item in items] if any(item.variant is not None for item in items) else None
     keys = [None] * len(hot) + [item.key for item in items] if any(item.key is not None for item in items) else None
-    return _Layout(hot, items, Records(arrays, rows, variants, keys, ids))
+    return _Layout(hot, items, Records(arrays, rows, variants, keys, ids, scalars))
 
 
 def hold_order(records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:

@@ -279,3 +279,45 @@ def test_a_switch_counts_each_row_under_the_version_that_answered_it(batch: Cont
     manifest = json.loads((local_path(job.output_uri) / "_manifest.json").read_text())
     shorts = sum(r["petal_length"] < 2.5 for r in rows)
     assert 0 < shorts < len(rows) and manifest["versions"] == {"iris:1": shorts, "iris:2": len(rows) - shorts}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_scalar_model_scores_each_row_by_a_call_of_its_own(batch: Container, acme: Principal, tmp_path: Path, fmt: str) -> None:
+    """docs/batch.md: a model whose input is a scalar (shape []) takes one row per call, its
+    value as a scalar: every good row is scored with its own answer, a row that cannot be fed
+    fails alone in the error file, and every row is accounted for."""
+    from tests.models import relu_model
+
+    batch.models.push(acme, "scalar", relu_model([]))
+    batch.deployments.create(acme, "scalar", {"kind": "single", "model": "scalar", "version": 1})
+    shapes: list[tuple[int, ...]] = []
+    scoring = batch.batch_runner.scorer.predictions  # the batch's own prediction service
+    predict = scoring.predict
+
+    async def spying(principal: Principal, request: Any) -> Any:
+        shapes.append(request.inputs.arrays["x"].shape)
+        return await predict(principal, request)
+
+    scoring.predict = spying  # type: ignore[method-assign]
+    values: list[Any] = [float(v) for v in np.linspace(-3, 3, 40)]
+    values[7], values[30] = None, "wide"
+    rows = [{"id": f"r{i}", "x": v} for i, v in enumerate(values)]
+    path = tmp_path / f"in.{fmt}"
+    if fmt == "csv":
+        path.write_text("id,x\n" + "".join(f"{r['id']},{'' if r['x'] is None else r['x']}\n" for r in rows))
+    elif fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"id": [r["id"] for r in rows], "x": [None if v is None else str(v) for v in values]}), path)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    job = run_job(batch, acme, path, deployment="scalar", key_columns=["id"])
+    assert job.status == "SUCCEEDED", job.error
+    assert (job.rows_in, job.rows_out, job.rows_failed) == (40, 38, 2)
+    out = read_parts(job)
+    good = [(r["id"], max(float(r["x"]), 0.0)) for r in rows if r["x"] not in (None, "wide")]
+    assert out.column("id").to_pylist() == [i for i, _ in good]
+    np.testing.assert_allclose(out.column("prediction").to_pylist(), [y for _, y in good], rtol=1e-6)
+    assert [e["id"] for e in read_errors(job)] == ["r7", "r30"]
+    assert shapes == [()] * 38  # one call per row, its value a scalar

@@ -17,6 +17,8 @@ from contextlib import contextmanager, redirect_stderr
 from typing import IO, TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import REPO
 from tests.integration.stream.conftest import rows
@@ -119,6 +121,48 @@ def test_a_line_nested_past_the_limit_is_one_error_line_not_a_traceback(here: No
     assert [o["source"]["line"] for o in out] == [1, 2, 3, 4, 5]
     assert (out[2]["id"], out[2]["code"], out[2]["field"]) == ("deep", "bad_request", member)
     assert [o["prediction"] for o in out[:2] + out[3:]] == ["setosa", "virginica", "setosa", "virginica"]
+
+
+@pytest.fixture
+def scalar(demo: Container, acme: Principal) -> Container:
+    """acme's deployment `scalar`: a model of one scalar input (shape [])."""
+    from tests.models import relu_model
+
+    demo.models.push(acme, "scalar", relu_model([]))
+    demo.deployments.create(acme, "scalar", {"kind": "single", "model": "scalar", "version": 1})
+    return demo
+
+
+SCALAR_LINE = st.tuples(st.sampled_from(["v2", "plain", "row"]), st.floats(-1e6, 1e6, width=32))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(SCALAR_LINE, min_size=1, max_size=12), batch=st.integers(1, 5))
+def test_every_line_of_a_scalar_model_is_answered_alone_or_refused_alone(
+    scalar: Container, here: None, tmp_path: Path, lines: list[tuple[str, float]], batch: int
+) -> None:
+    """docs/streaming.md: a model whose input is a scalar takes one record per call. Every
+    line gives its own output line, in order, however many share a batch: a scalar its own
+    prediction, a line giving a batch of rows (shape [1]) its own error naming the input."""
+    import numpy as np
+
+    shaped = {
+        "v2": lambda i, x: {"id": i, "inputs": [{"name": "x", "datatype": "FP32", "shape": [], "data": [x]}]},
+        "plain": lambda i, x: {"id": i, "inputs": {"x": x}},
+        "row": lambda i, x: {"id": i, "inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [x]}]},
+    }
+    data = "".join(json.dumps(shaped[kind](i, x)) + "\n" for i, (kind, x) in enumerate(lines)).encode()
+    code, stdout, stderr = _stream_here(tmp_path / "out.jsonl", data, "--batch-lines", str(batch), deployment="scalar")
+    assert code == 0, stderr
+    out = [json.loads(line) for line in stdout.splitlines()]
+    assert [o["id"] for o in out] == list(range(len(lines)))  # every line, in order
+    for o, (kind, x) in zip(out, lines, strict=True):
+        if kind == "row":
+            assert (o["code"], o["field"]) == ("invalid_input", "inputs.x.shape"), o
+        else:
+            assert np.float32(o["prediction"]) == np.float32(max(x, 0.0)), o
+    refused = sum(kind == "row" for kind, _ in lines)
+    assert f"{len(lines) - refused} predictions, {refused} errors" in stderr
 
 
 def test_a_partial_batch_is_answered_after_the_wait(here: None) -> None:

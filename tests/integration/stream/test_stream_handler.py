@@ -734,3 +734,40 @@ def test_a_record_that_breaks_the_reader_unexpectedly_is_an_internal_error_recor
     out = {o["id"]: o for o in map(json.loads, written.getvalue().splitlines())}
     assert out["boom"]["code"] == "internal_error" and "prediction" not in out["boom"] and "Recursion" not in out["boom"]["error"]
     assert [out[f"tx-{n}"]["prediction"] for n in range(4)] == ["setosa", "virginica", "setosa", "virginica"]
+
+
+@pytest.mark.parametrize("source", ["sqs", "kinesis", "kafka"])
+def test_each_record_of_a_scalar_model_is_answered_by_a_call_of_its_own(aws: None, bind: Bind, demo: Container, acme: Principal, source: str) -> None:
+    """A model whose input is a scalar (shape []) answers every scalar record of a batch, one
+    model call each (a rank-0 input takes no batch: records cannot be stacked), with its own
+    0-d answer as its one prediction; a record giving a batch instead (shape [1], a list) is
+    that record's own error record naming the input, never a retry of the batch."""
+    from tests.models import relu_model
+
+    demo.models.push(acme, "scalar", relu_model([]))
+    demo.deployments.create(acme, "scalar", {"kind": "single", "model": "scalar", "version": 1})
+    sqs, url = _queue("scalar-scores")
+    handle = bind({"kind": "sqs", "target": url}, deployment="scalar")
+    shapes: list[tuple[int, ...]] = []
+    predict = demo.stream_predictions.predict
+
+    async def spying(principal: Principal, request: Any) -> Any:
+        shapes.append(request.inputs.arrays["x"].shape)
+        return await predict(principal, request)
+
+    demo.stream_predictions.predict = spying  # type: ignore[method-assign]
+    values = [-1.5, 2.0, 0.25, -3.0, 7.0]
+    bodies = [{"id": f"v2-{i}", "inputs": [{"name": "x", "datatype": "FP32", "shape": [], "data": [x]}]} for i, x in enumerate(values)]
+    bodies += [{"id": "plain", "inputs": {"x": 4.5}}]
+    bodies += [{"id": "row", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.0]}]}, {"id": "list", "inputs": {"x": [1.0, 2.0]}}]
+    texts = [json.dumps(b) for b in bodies]
+    event = {"sqs": sqs_event, "kinesis": kinesis_event, "kafka": kafka_event}[source](texts)  # type: ignore[operator]
+    assert handle(event) == {"batchItemFailures": []}
+    out = {o["id"]: o for o in _drain(sqs, url)}
+    assert sorted(out) == sorted(b["id"] for b in bodies)  # every record accounted for
+    expected = {f"v2-{i}": max(x, 0.0) for i, x in enumerate(values)} | {"plain": 4.5}
+    assert {rid: out[rid].get("prediction") for rid in expected} == expected
+    assert all(out[rid]["model"] == "scalar" and "predictions" not in out[rid] for rid in expected)
+    for rid in ("row", "list"):
+        assert (out[rid]["code"], out[rid]["field"]) == ("invalid_input", "inputs.x.shape") and "shape []" in out[rid]["error"], out[rid]
+    assert shapes == [()] * len(expected)  # one call per scalar record, given as a scalar
