@@ -82,18 +82,29 @@ def test_predict_with_bad_features_names_the_field(capsys: pytest.CaptureFixture
     assert code == 2 and "[features.sepal_width]" in err
 
 
-@pytest.mark.parametrize("depth", [201, 1000, 1100])
-def test_predict_with_json_nested_past_the_limit_names_the_field(capsys: pytest.CaptureFixture[str], tmp_path: Path, depth: int) -> None:
-    """The CLI's JSON is held to the HTTP API's limit (200 levels): past it, an error naming
-    the argument, never a RecursionError's traceback."""
+@pytest.mark.parametrize("depth", [201, 800, 1100, 5000])
+def test_predict_with_json_nested_too_deep_to_read_names_the_field(capsys: pytest.CaptureFixture[str], tmp_path: Path, depth: int) -> None:
+    """The CLI's JSON is read as Python's json module reads it, as deep as the stack holds:
+    deeper (1,100 levels), or too deep for decoding to walk (800 levels around a true), is an
+    error naming the argument and the member, never a RecursionError's traceback; shallower (201
+    levels, past the HTTP API's 200) is read, and refused for what it holds."""
     run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
     run_cli(capsys, "deployments", "create", "iris", "--model", "iris")
-    code, _, err = run_cli(capsys, "predict", "iris", "--features", '{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}")
-    assert code == 2 and "error: features: 'a' is nested too deep" in err and "Traceback" not in err, err
+    inner = "[" * (depth - 1) + ("true" if depth == 800 else "") + "]" * (depth - 1)
+    features = json.loads(SETOSA)
+    text = json.dumps({**features, "sepal_length": "X"}).replace('"X"', inner)
+    code, _, err = run_cli(capsys, "predict", "iris", "--features", text)
+    assert code == 2 and "Traceback" not in err, err
+    if depth == 201:
+        assert "nested too deep" not in err and "error [features]: rows of input" in err, err
+    elif depth == 800:  # read, then too deep for decoding to walk
+        assert "error [features]: 'features' is nested too deep to read" in err, err
+    else:
+        assert f"error: features: 'sepal_length' is nested too deep to read: {depth:,} levels" in err, err
     body = tmp_path / "body.json"
-    body.write_text('{"batch": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}")
+    body.write_text('{"batch": [' + text + "]}")
     code, _, err = run_cli(capsys, "predict", "iris", "--file", str(body))
-    assert code == 2 and "error: file: 'batch' is nested too deep" in err, err
+    assert code == 2 and "Traceback" not in err and ("nested too deep" in err) == (depth > 201), err
     code, out, err = run_cli(capsys, "predict", "iris", "--features", SETOSA, "--param", "note=" + "[" * depth + "]" * depth)
     assert code == 0 and json.loads(out)["prediction"] == "setosa", err  # a parameter that is no number is its text
 

@@ -101,20 +101,24 @@ def test_an_in_process_deployment_reads_and_scores_the_upload(client: TestClient
     assert client.get(kept.headers["location"], headers=auth(keys["globex"])).status_code == 404
 
 
-@pytest.mark.parametrize("depth", [200, 201, 1000, 1100])
-def test_a_json_upload_nested_past_the_limit_is_a_400_naming_the_upload(client: TestClient, keys: dict[str, str], depth: int) -> None:
-    """An upload's JSON is held to the HTTP body's limit (200 levels, the outermost counted):
-    past it, a 400 naming `upload_id` and the member, never a 500 from the stack running out;
-    within it, the body is read and refused for what it holds."""
-    body = ('{"batch": ' + "[" * (depth - 1) + "1" + "]" * (depth - 1) + "}").encode()
+@pytest.mark.parametrize(("depth", "inner"), [(201, "1"), (900, "true"), (1100, "1")])
+def test_a_json_upload_nested_too_deep_to_read_is_a_400_naming_the_member(client: TestClient, keys: dict[str, str], depth: int, inner: str) -> None:
+    """An upload's JSON is read as orjson reads it (1,024 levels, the HTTP API's 200 no limit
+    here): deeper is a 400 naming `upload_id` and the member; one too deep for decoding to walk
+    (the check for true/false recurses) a 400 naming the member; never a 500 from the stack
+    running out. A shallower one is read, and refused for what it holds."""
+    body = ('{"batch": ' + "[" * (depth - 1) + inner + "]" * (depth - 1) + "}").encode()
     upload = make_upload(client, keys["acme"], deployment="iris", size=len(body)).json()
     assert post_form(client, upload, body).status_code == 204
     answer = client.post("/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers=auth(keys["acme"]))
     assert answer.status_code == 400, answer.text
-    if depth > 200:
-        assert answer.json()["field"] == "upload_id" and "'batch' is nested too deep" in answer.json()["error"], answer.text
+    error, field = answer.json()["error"], answer.json()["field"]
+    if depth > 1024:
+        assert field == "upload_id" and f"upload '{upload['upload_id']}': 'batch' is nested too deep to read: more than 1,024 levels" in error, error
+    elif inner == "true":
+        assert field == "batch" and "'batch' is nested too deep to read" in error, error
     else:  # read, then refused for what it holds
-        assert answer.json()["field"] == "batch" and "nested too deep" not in answer.json()["error"], answer.text
+        assert field == "batch" and "nested too deep" not in error, error
 
 
 def test_v2_json_upload_scored_in_process(client: TestClient, keys: dict[str, str]) -> None:

@@ -212,7 +212,7 @@ def test_plan_and_the_csv_reader_give_the_records_pythons_csv_module_reads(tmp_p
 
 # Plan and the readers against json.loads ---------------------------------------------------------
 class _TooDeep(ValueError):
-    """A line nested past 200 levels (the HTTP API's limit), in its top-level member `args[0]`."""
+    """A line nested past 1,024 levels (what orjson reads), in its top-level member `args[0]`."""
 
 
 def _depth(value: Any) -> int:
@@ -223,7 +223,7 @@ def _depth(value: Any) -> int:
 
 def _strict_json(line: bytes) -> Any:
     """json.loads held to JSON as sluice reads it: UTF-8, no NaN or Infinity, nested up to
-    200 levels (the outermost counted)."""
+    1,024 levels (the outermost counted), whatever the stack holds."""
 
     def refuse(constant: str) -> Any:
         raise ValueError(constant)
@@ -232,14 +232,14 @@ def _strict_json(line: bytes) -> Any:
     sys.setrecursionlimit(10_000)  # the reference reads any depth, to say which member is too deep
     try:
         value = json.loads(line.decode("utf-8"), parse_constant=refuse)
-        if _depth(value) > 200:
-            raise _TooDeep(next(k for k, v in value.items() if _depth(v) > 199) if isinstance(value, dict) else None)
+        if _depth(value) > 1024:
+            raise _TooDeep(next(k for k, v in value.items() if _depth(v) > 1023) if isinstance(value, dict) else None)
     finally:
         sys.setrecursionlimit(limit)
     return value
 
 
-DEPTHS = st.sampled_from([1, 198, 199, 200, 201, 1023, 1024, 1100])  # around the limit (200) and orjson's (1,024)
+DEPTHS = st.sampled_from([1, 199, 200, 201, 900, 1023, 1024, 1100])  # past the HTTP API's limit (200), around orjson's (1,024)
 
 
 def _nested(depth: int, objects: bool) -> bytes:
@@ -297,7 +297,7 @@ def _expected_line(line: bytes) -> Any:
         obj = _strict_json(line)
     except _TooDeep as exc:
         where = f"'{exc.args[0]}'" if exc.args[0] is not None else "the JSON"
-        return ("failed", f"{where} is nested too deep: arrays and objects nest at most 200 levels, the outermost counted")
+        return ("failed", f"{where} is nested too deep to read: more than 1,024 levels of arrays and objects, the outermost counted (the HTTP API reads at most 200)")
     except ValueError:
         return ("failed", "not valid JSON" if is_utf8(line) else "not valid JSON (not UTF-8 text)")
     if not isinstance(obj, dict):
@@ -345,6 +345,57 @@ def test_plan_and_the_json_lines_reader_give_the_lines_json_loads_reads(tmp_path
             assert same and outcome[2] == expected[2], (line, outcome, expected)
         else:
             assert outcome == expected, (line, outcome)
+
+
+def test_json_lines_too_deep_for_the_stack_fail_alone_and_what_orjson_reads_is_read_on_either_path(tmp_path: Path) -> None:
+    """With the stack Python gives (hypothesis gives it more): a line whose unused member nests
+    1,000 levels of objects is a row on the fast path and the slow one alike (the names given
+    twice are looked for without recursion); a feature holding a list 1,000 deep, or a key one
+    300 deep (orjson writes 254), fails that line alone, naming the member; the rest are read."""
+    from sluice.batch.json_lines import _one_object_per_line
+    from sluice.batch.readers import owned_by
+
+    assert sys.getrecursionlimit() <= 1000
+    feeds = [Feed("x", ("x",), "FP64", stacked=False)]
+    deep_other = b'{"id": "a", "x": 1, "other": ' + _nested(999, objects=True) + b"}"
+    fine = [b'{"id": "b", "x": 2}', b'{"id": "c", "x": 3}']
+    for slow in (False, True):  # a broken line sends the chunk down the slow path
+        data = b"\n".join([deep_other, *fine, *([b"{broken"] if slow else [])]) + b"\n"
+        path = tmp_path / f"in-{slow}.jsonl"
+        path.write_bytes(data)
+        files = Files()
+        stat = files.stat(path.as_uri())
+        _, chunks = _plan_text(path.as_uri(), "jsonl", stat, files, 1 << 20)
+        spec = JobSpec("acme", "job-1", "d", path.as_uri(), stat.version, "jsonl", "jsonl", "file:///out/", ("id",), ("id", "x"))
+        assert _one_object_per_line(owned_by(files, spec, chunks[0])) is not slow
+        _, pieces = _plan_and_read(tmp_path, f"in-{slow}.jsonl", data, 1 << 20, ("id",), feeds)
+        got = _outcomes(pieces)
+        assert [got[n] for n in range(3)] == [("row", {"id": key, "x": x}, None) for key, x in (("a", 1.0), ("b", 2.0), ("c", 3.0))], got
+    deep_x = b'{"id": "d", "x": ' + _nested(999, objects=False) + b"}"
+    deep_id = b'{"id": ' + _nested(300, objects=False) + b', "x": 4}'
+    _, pieces = _plan_and_read(tmp_path, "deep.jsonl", b"\n".join([*fine, deep_x, deep_id, *fine]) + b"\n", 1 << 20, ("id",), feeds)
+    got = _outcomes(pieces)
+    assert [got[n][0] for n in range(6)] == ["row", "row", "failed", "failed", "row", "row"], got
+    assert got[2][1].startswith("'x' is nested too deep to read: 1,000 levels") and got[3][1].startswith("'id' is nested too deep to read"), got
+
+
+@PROPERTY
+@given(opened=st.lists(st.integers(0, 1100), min_size=1, max_size=6))
+def test_the_json_lines_fast_path_takes_long_lines_that_open_at_most_1024_brackets(tmp_path: Path, opened: list[int]) -> None:
+    """Lines over 2 KiB (shorter ones cannot nest past 1,024 levels) take pyarrow's reader when
+    none opens more than 1,024 arrays and objects (strings' brackets counted: a bound, not the
+    depth), as the line-by-line reader reads them; a chunk with one that opens more does not."""
+    from sluice.batch.json_lines import _one_object_per_line
+    from sluice.batch.readers import owned_by
+
+    lines = [json.dumps({"id": n, "s": ("[{" * count)[:count] + "." * 2100}).encode() for n, count in enumerate(opened)]
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    files = Files()
+    stat = files.stat(path.as_uri())
+    _, chunks = _plan_text(path.as_uri(), "jsonl", stat, files, 1 << 24)
+    spec = JobSpec("acme", "job-1", "d", path.as_uri(), stat.version, "jsonl", "jsonl", "file:///out/", ("id",), ("id", "s"))
+    assert _one_object_per_line(owned_by(files, spec, chunks[0])) == (max(opened) + 1 <= 1024)  # the line's own `{` counted
 
 
 # The JSON Lines fast path against the slow one ---------------------------------------------------

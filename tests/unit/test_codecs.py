@@ -306,7 +306,7 @@ def test_raw_bool_bytes_other_than_0_and_1_are_refused(raw: bytes, offset: int) 
         assert refused.value.field == "inputs.x" and "0 (false) and 1 (true)" in refused.value.message
 
 
-# JSON from outside the HTTP API: at most 200 levels deep ------------------------------------------
+# JSON from outside the HTTP API: nested too deep to read ------------------------------------------
 def _json_nested(depth: int, draw: st.DrawFn) -> str:
     """A record's JSON text exactly `depth` levels deep (itself counted) in its member `m`:
     arrays and objects mixed, strings holding brackets beside them, and a shallow member `s`."""
@@ -317,22 +317,72 @@ def _json_nested(depth: int, draw: st.DrawFn) -> str:
     return f'{{"s": {shallow}, "m": {value}}}'
 
 
-@given(depth=st.sampled_from([1, 199, 200, 201, 202, 1023, 1024, 1025, 1500]) | st.integers(1, 1500), data=st.data(), as_bytes=st.booleans())
-def test_outside_json_nested_past_200_levels_is_refused_naming_the_member(depth: int, data: st.DataObject, as_bytes: bool) -> None:
-    """As the HTTP API's parser: 200 levels are read (the outermost counted; a string's brackets
-    are text), 201 are refused as bad input naming the top-level member that nests too deep,
-    orjson's own limit (1,024) and past it alike, by orjson and by Python's json module."""
+def _python_reads(text: str) -> object:
+    """json.loads with a stack deep enough for any text here: the reference."""
     import json
+    import sys
 
-    from sluice.codecs.json_text import NestedTooDeep, loads, loads_as_python
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(10_000)
+    try:
+        return json.loads(text)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+DEPTHS = st.sampled_from([1, 199, 200, 201, 202, 900, 1023, 1024, 1025, 1500]) | st.integers(1, 1500)
+
+
+@given(depth=DEPTHS, data=st.data(), as_bytes=st.booleans(), wording=st.booleans())
+def test_outside_json_is_read_as_orjson_reads_it_and_past_its_limit_refused_naming_the_member(depth: int, data: st.DataObject, as_bytes: bool, wording: bool) -> None:
+    """What orjson reads (1,024 levels, the outermost counted; a string's brackets are text) is
+    read as it reads it, the HTTP API's 200 no limit here; deeper text is bad input naming the
+    top-level member that nests too deep, whatever orjson's versions call their refusal."""
+    import orjson
+
+    from sluice.codecs import json_text
+
+    parse = orjson.loads
+
+    def worded(text: bytes | str) -> object:  # as orjson 3.10 and 3.11 word their refusal
+        try:
+            return parse(text)
+        except orjson.JSONDecodeError as exc:
+            raise orjson.JSONDecodeError("array and object recursion depth exceeded", exc.doc, exc.pos) from None
 
     text = _json_nested(depth, data.draw)
     given_text: bytes | str = text.encode() if as_bytes else text
-    for read in (loads, loads_as_python):
-        if depth > 200:
-            with pytest.raises(NestedTooDeep) as refused:
-                read(given_text)
+    with pytest.MonkeyPatch.context() as patch:
+        if wording:
+            patch.setattr(json_text.orjson, "loads", worded)
+        if depth > 1024:
+            with pytest.raises(json_text.NestedTooDeep) as refused:
+                json_text.loads(given_text)
             assert (refused.value.status, refused.value.field) == (400, "m")
-            assert refused.value.message.startswith("'m' is nested too deep")
+            assert refused.value.message.startswith("'m' is nested too deep to read: more than 1,024 levels"), refused.value.message
         else:
-            assert read(given_text) == json.loads(text)
+            assert json_text.loads(given_text) == _python_reads(text)
+        with pytest.raises(orjson.JSONDecodeError):  # not JSON from its second character: not too deep, however deep the rest
+            json_text.loads(given_text[:1] + given_text)
+
+
+@given(depth=DEPTHS, data=st.data(), as_bytes=st.booleans())
+def test_json_a_reader_ran_out_of_stack_on_is_refused_naming_its_deepest_member(depth: int, data: st.DataObject, as_bytes: bool) -> None:
+    """A door whose reader walks the value by recursion (Python's json module, the checks after
+    orjson) and runs out of stack refuses that text alone: bad input naming the member that nests
+    deepest and how deep (found in the text, strings' brackets not counted), when it nests past
+    the HTTP API's 200 levels; shallower, the stack ran out for another reason (no refusal)."""
+    from sluice.codecs.json_text import NestedTooDeep, loads_as_python, too_deep
+
+    text = _json_nested(depth, data.draw)
+    given_text: bytes | str = text.encode() if as_bytes else text
+    refused = too_deep(given_text)
+    if depth > 200:
+        assert isinstance(refused, NestedTooDeep) and (refused.status, refused.field) == (400, "m")
+        assert refused.message.startswith(f"'m' is nested too deep to read: {depth:,} levels of arrays and objects, the outermost counted")
+    else:
+        assert refused is None
+    try:  # Python's json module: as deep as the stack holds
+        assert loads_as_python(given_text) == _python_reads(text)
+    except NestedTooDeep as exc:
+        assert depth > 200 and exc.field == "m"

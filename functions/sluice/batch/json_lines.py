@@ -13,7 +13,7 @@ import numpy as np
 from sluice.batch.pieces import Piece, arrow_types, check_rows, is_utf8, shown
 from sluice.batch.records import CARRIAGE
 from sluice.codecs.datatypes import V2_TO_NUMPY
-from sluice.codecs.json_text import MAX_DEPTH, NestedTooDeep, loads
+from sluice.codecs.json_text import PARSER_DEPTH, NestedTooDeep, loads, too_deep
 from sluice.codecs.lines import names_twice
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def read_json_lines(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed]
 
 
 OPEN, CLOSE = ord("{"), ord("}")
-DEPTH = MAX_DEPTH  # the deepest nesting a line may have; the line-by-line reader refuses a deeper one
+DEPTH = PARSER_DEPTH  # the deepest nesting the line-by-line parser reads (orjson's limit)
 
 
 def _one_object_per_line(owned: Owned) -> bool:
@@ -66,7 +66,7 @@ def _one_object_per_line(owned: Owned) -> bool:
 
     1. the bytes are UTF-8 (pyarrow does not check strings) and hold no `NaN` or `Inf` where
        a value may stand (pyarrow reads NaN, Inf and Infinity, which JSON does not have), and
-       no line nests deeper than a line may (`sluice.codecs.json_text`);
+       no line nests deeper than the line-by-line parser reads;
     2. every line starts with `{` and ends with `}` (before a `\r`). A JSON string cannot hold
        a line break, and `}` then `{` cannot follow each other inside a JSON value, so every
        line break lies between two top-level objects: each line holds at least one;
@@ -90,8 +90,8 @@ def _one_object_per_line(owned: Owned) -> bool:
     if (arr[last] != CLOSE).any():
         return False
     if lengths.max() > 2 * DEPTH:  # nesting d levels takes 2d bytes: count the openings of each line
-        openings = np.isin(arr, np.frombuffer(b"{[", dtype=np.uint8)).astype(np.int64)
-        if np.add.reduceat(openings, first).max() > DEPTH:
+        at = np.flatnonzero((arr | 0x20) == OPEN)  # where a `[` or a `{` stands (0x5B | 0x20 is 0x7B)
+        if np.bincount(np.searchsorted(first, at, side="right"), minlength=len(first) + 1)[1:].max() > DEPTH:  # [0]: before line 1
             return False
     return True
 
@@ -172,34 +172,43 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
         if not isinstance(obj, dict):
             dropped.append((number, "not a JSON object", shown(line)))
             continue
-        twice = names_twice(line, obj)
-        if twice is not None:  # which value would count is anyone's guess: the line fails
-            dropped.append((number, f"not valid JSON: an object names {twice!r} twice", shown(line)))
+        try:
+            twice = names_twice(line, obj)
+            if twice is not None:  # which value would count is anyone's guess: the line fails
+                dropped.append((number, f"not valid JSON: an object names {twice!r} twice", shown(line)))
+                continue
+            reason = None
+            for f in schema:
+                value = obj.get(f.name)
+                if value is not None and f.name in numeric and isinstance(value, str):
+                    parsed = parse_number(value)  # numbers written as text count, as in CSV
+                    if parsed is None:
+                        reason = reason or f"'{f.name}' is not a number: {value[:40]!r}"
+                    value = parsed
+                elif value is not None and f.name in numeric and (isinstance(value, bool) or not isinstance(value, int | float)):
+                    reason = reason or f"'{f.name}' is not a number: {str(value)[:40]!r}"
+                    value = None
+                elif value is not None and f.name in listed:
+                    value, wrong = _numbers(value)
+                    reason = reason or (wrong and f"'{f.name}' must hold a list of numbers: {wrong}")
+                elif f.name in numeric and isinstance(value, int) and pa.types.is_floating(f.type):
+                    value = float(value)  # pyarrow refuses a whole number beyond 2**53 as a float
+                elif pa.types.is_string(f.type) and isinstance(value, int | float) and not isinstance(value, bool) and f.name not in numeric:
+                    value = str(value) if isinstance(value, int) else _as_written(line, f.name)  # a key (or text input) written as a number
+                elif f.name not in features and value is not None and not isinstance(value, str):
+                    value = orjson.dumps(value).decode()  # a key written as true/false, a list or an object: its JSON
+                elif value is not None and not _fits(value, f.type):
+                    reason = reason or f"'{f.name}' is not {f.type}: {str(value)[:40]!r}"
+                    value = None
+                values[f.name].append(value)
+        except (RecursionError, orjson.JSONEncodeError):  # a value nested deeper than the stack holds (or orjson writes)
+            refused = too_deep(line)
+            if refused is None:
+                raise
+            for column in values.values():
+                del column[len(rows) :]  # what was kept of this line
+            dropped.append((number, refused.message, shown(line)))
             continue
-        reason = None
-        for f in schema:
-            value = obj.get(f.name)
-            if value is not None and f.name in numeric and isinstance(value, str):
-                parsed = parse_number(value)  # numbers written as text count, as in CSV
-                if parsed is None:
-                    reason = reason or f"'{f.name}' is not a number: {value[:40]!r}"
-                value = parsed
-            elif value is not None and f.name in numeric and (isinstance(value, bool) or not isinstance(value, int | float)):
-                reason = reason or f"'{f.name}' is not a number: {str(value)[:40]!r}"
-                value = None
-            elif value is not None and f.name in listed:
-                value, wrong = _numbers(value)
-                reason = reason or (wrong and f"'{f.name}' must hold a list of numbers: {wrong}")
-            elif f.name in numeric and isinstance(value, int) and pa.types.is_floating(f.type):
-                value = float(value)  # pyarrow refuses a whole number beyond 2**53 as a float
-            elif pa.types.is_string(f.type) and isinstance(value, int | float) and not isinstance(value, bool) and f.name not in numeric:
-                value = str(value) if isinstance(value, int) else _as_written(line, f.name)  # a key (or text input) written as a number
-            elif f.name not in features and value is not None and not isinstance(value, str):
-                value = orjson.dumps(value).decode()  # a key written as true/false, a list or an object: its JSON
-            elif value is not None and not _fits(value, f.type):
-                reason = reason or f"'{f.name}' is not {f.type}: {str(value)[:40]!r}"
-                value = None
-            values[f.name].append(value)
         rows.append(number)
         reasons.append(reason)
     table = pa.table({f.name: pa.array(values[f.name], type=f.type) for f in schema}, schema=schema)

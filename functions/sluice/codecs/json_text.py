@@ -1,125 +1,116 @@
-"""JSON text from outside sluice's HTTP API, read under the rule the API's body parser holds
-to: arrays and objects nest at most `MAX_DEPTH` levels deep, the outermost counted.
+"""JSON text from outside sluice's HTTP API nested too deep to read: refused alone, as bad
+input naming its top-level member, never as its batch's or its process's crash.
 
-Every door that parses a caller's JSON itself, not through pydantic, goes through here: stream
-records (SQS, Kinesis, Kafka) and `sluice stream`'s lines, a batch job's JSON Lines (and the
-files read as one: labels, samples), a JSON upload, the CLI's JSON arguments and files. A
-parser takes deeper text (orjson reads 1,024 levels), but what reads the value after it walks
-it by recursion, and ~1,000 levels exhaust Python's stack: one record would fail its whole
-batch with a `RecursionError`. Here it is refused alone, as bad input naming its field.
+The HTTP API's body parser (pydantic's) refuses JSON nested past `API_DEPTH` levels. The other
+doors (stream records and `sluice stream`'s lines, a batch job's JSON Lines, a JSON upload, the
+CLI's JSON arguments and files) parse with orjson, which reads `PARSER_DEPTH` levels, or with
+Python's json module; what reads the parsed value then walks it by recursion, and Python's
+stack holds fewer levels than orjson reads. No text is measured on the way in (that would cost
+every record): JSON is read as the parser reads it, and
+
+- orjson's own refusal of deeper text is told apart from text that is not JSON (`loads`,
+  whatever orjson's message says: by the text, only once it has failed);
+- where a door walks the value, the `RecursionError` of one nested too deep for the stack is
+  that input's `NestedTooDeep` (`too_deep`), found in the text only once it has failed.
 """
 
 from __future__ import annotations
 
 import re
-from itertools import chain
 from typing import Any
 
 import orjson
 
 from sluice.domain.errors import BadRequest
 
-MAX_DEPTH = 200  # as the HTTP API's parser (pydantic's): 200 levels are read, 201 are refused
-_CONTAINERS = (dict, list)
-_KINDS = frozenset(_CONTAINERS)
-_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"(?:[ \t\r\n]*:)?|[\[\]{}]')  # a string (a member's name: with its colon), or a bracket
+API_DEPTH = 200  # the HTTP API's parser (pydantic's) reads 200 levels; no shallower text is called too deep
+PARSER_DEPTH = 1024  # orjson reads 1,024 levels, the outermost counted, and refuses 1,025
+_OPENINGS = frozenset(b"[{")
+TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"(?:[ \t\r\n]*:)?|[\[\]{}]')  # a string (a member's name: with its colon), or a bracket
 
 
 class NestedTooDeep(BadRequest):
-    """JSON nested past `MAX_DEPTH`; `field` names the top-level member that is (`body` when
+    """JSON nested too deep to read; `field` names the top-level member that is (`body` when
     the text is no object)."""
 
 
 def loads(text: bytes | str) -> Any:
-    """`text` parsed by orjson (not JSON: `orjson.JSONDecodeError`), refused (`NestedTooDeep`)
-    when it nests deeper than `MAX_DEPTH`, as deep as orjson reads or deeper."""
+    """`text` parsed by orjson: `NestedTooDeep` where it nests past what orjson reads, else
+    as orjson reads it (not JSON: `orjson.JSONDecodeError`)."""
     try:
-        value = orjson.loads(text)
+        return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        if exc.msg == "depth limit exceeded":
-            raise nested_too_deep(deep_member(text)) from None
+        refused = past_the_parser(exc)
+        if refused is not None:
+            raise refused from None
         raise
-    if len(text) > 2 * MAX_DEPTH:  # nesting d levels takes 2d characters: a short text is within
-        refuse_too_deep(text, value)
-    return value
 
 
 def loads_as_python(text: bytes | str) -> Any:
-    """`text` as Python's `json` module reads it (NaN, Infinity, integers of any size: the
-    CLI's arguments and files), under the same rule (not JSON: `json.JSONDecodeError`)."""
+    """`text` as Python's json module reads it (NaN, Infinity, integers of any size: the
+    CLI's arguments and files): `NestedTooDeep` where it nests deeper than the stack holds
+    (not JSON: `json.JSONDecodeError`)."""
     import json
 
     try:
-        value = json.loads(text)
-    except RecursionError:  # deeper than the stack holds: deeper than the rule allows
-        raise nested_too_deep(deep_member(text)) from None
-    refuse_too_deep(text, value)
-    return value
+        return json.loads(text)
+    except RecursionError:
+        refused = too_deep(text)
+        if refused is None:
+            raise
+        raise refused from None
 
 
-def refuse_too_deep(text: bytes | str, value: Any) -> None:
-    """Raises `NestedTooDeep` when `value` (parsed from `text`, by any parser) nests deeper
-    than `MAX_DEPTH`. Text with no more brackets than that cannot (a count in C); otherwise
-    the value is walked a level at a time, without recursion, until as many arrays and
-    objects were found as the text opens (a batch of rows: its rows are the last)."""
-    opening = ("[", "{") if type(text) is str else (b"[", b"{")
-    openings = text.count(opening[0]) + text.count(opening[1])  # type: ignore[arg-type]
-    if openings <= MAX_DEPTH or not _deeper(value, MAX_DEPTH, openings):
-        return
-    raise nested_too_deep(next((name for name, inner in value.items() if _deeper(inner, MAX_DEPTH - 1)), None) if type(value) is dict else None)
+def past_the_parser(exc: orjson.JSONDecodeError) -> NestedTooDeep | None:
+    """The refusal to give when orjson failed on text because it nests past `PARSER_DEPTH`
+    (`exc.doc` is the text as orjson read it, `exc.pos` where it stopped), or None when it
+    failed for another reason. Told by the text, not by orjson's message, which its versions
+    word differently."""
+    doc, pos = exc.doc, exc.pos
+    if not isinstance(doc, str) or not 0 <= pos < len(doc):
+        return None
+    read = doc[: pos + 1]
+    if read.count("[") + read.count("{") <= PARSER_DEPTH:  # a count in C, before the closer look
+        return None
+    depth, name = nesting(read)
+    return nested_too_deep(name, f"more than {PARSER_DEPTH:,}") if depth > PARSER_DEPTH else None
 
 
-def nested_too_deep(name: str | None = None) -> NestedTooDeep:
-    """The refusal of JSON nested too deep in its member `name` (None: the text as a whole, as
-    when a parser gave up on it)."""
+def too_deep(text: bytes | str) -> NestedTooDeep | None:
+    """The refusal to give for `text`, whose value made its reader exhaust the stack (a
+    `RecursionError`): `NestedTooDeep` naming its deepest member, or None when it nests no
+    deeper than `API_DEPTH` (the stack ran out for another reason: not the input's fault)."""
+    depth, name = nesting(text)
+    return nested_too_deep(name, f"{depth:,}") if depth > API_DEPTH else None
+
+
+def nested_too_deep(name: str | None, levels: str | None = None) -> NestedTooDeep:
+    """The refusal of JSON nested too deep in its member `name` (None: the text as a whole, or
+    a text that is no object), `levels` deep where that is known."""
     where = f"'{name}'" if name is not None else "the JSON"
-    return NestedTooDeep(
-        f"{where} is nested too deep: arrays and objects nest at most {MAX_DEPTH} levels, the outermost counted", field=name or "body"
-    )
+    deep = f"{levels} levels of arrays and objects, the outermost counted" if levels else "its arrays and objects nest deeper than the reader walks"
+    return NestedTooDeep(f"{where} is nested too deep to read: {deep} (the HTTP API reads at most {API_DEPTH})", field=name or "body")
 
 
-def deep_member(text: bytes | str) -> str | None:
-    """The top-level member of an object's JSON text whose value nests past `MAX_DEPTH`, read
-    from the text alone: for text no parser has read (it gave up, as too deep)."""
+def nesting(text: bytes | str) -> tuple[int, str | None]:
+    """How deep `text`'s arrays and objects nest, the outermost counted, and the top-level
+    member (of an object's text) where they first nest that deep; from the text alone, valid
+    JSON or not: for text a reader gave up on."""
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
-    depth, name = 0, None
-    for token in _TOKEN.finditer(data):
+    depth = deepest = 0
+    name = member = None
+    for token in TOKEN.finditer(data):
         mark = token.group()
-        if mark in (b"{", b"["):
-            depth += 1
-            if depth > MAX_DEPTH:
-                return name
-        elif mark in (b"}", b"]"):
-            depth -= 1
+        if len(mark) == 1:
+            if mark[0] in _OPENINGS:
+                depth += 1
+                if depth > deepest:
+                    deepest, name = depth, member
+            else:
+                depth -= 1
         elif depth == 1 and mark.endswith(b":"):
             try:
-                name = orjson.loads(mark[: mark.rindex(b":")])
+                member = orjson.loads(mark[: mark.rindex(b":")])
             except orjson.JSONDecodeError:
-                name = None
-    return None
-
-
-def _deeper(value: Any, levels: int, openings: float = float("inf")) -> bool:
-    """Whether `value`'s arrays and objects nest more than `levels` deep (itself counted): a
-    level at a time, in C where a level holds one kind. `openings`: how many the text opens
-    (its `[` and `{`, strings' too): once as many were found, no level is left below."""
-    kind = type(value)
-    if kind not in _CONTAINERS:
-        return False
-    level, kinds, found = [value], set[type]({kind}), 1
-    for _ in range(levels):
-        if found >= openings:
-            return False
-        if dict not in kinds:  # arrays only
-            inner = list(chain.from_iterable(level))
-        elif list not in kinds:  # objects only
-            inner = list(chain.from_iterable(map(dict.values, level)))
-        else:
-            inner = list(chain.from_iterable(each.values() if type(each) is dict else each for each in level))
-        kinds = set(map(type, inner))
-        if list not in kinds and dict not in kinds:
-            return False
-        level = inner if kinds <= _KINDS else [each for each in inner if type(each) in _CONTAINERS]
-        kinds &= _KINDS
-        found += len(level)
-    return True
+                member = None
+    return deepest, name if deepest > 1 else None

@@ -7,7 +7,7 @@ and `sluice stream`'s pipe count the same records, and fail the same ones.
   it is never skipped.
 - A UTF-8 byte order mark at the very start of the input is not part of the first line. Anywhere
   else it is a byte like any other (and the line fails as JSON).
-- A line nested more than 200 levels deep fails, naming its member (`sluice.codecs.json_text`).
+- A line nested deeper than its reader reads fails, naming its member (`sluice.codecs.json_text`).
 """
 
 from __future__ import annotations
@@ -60,4 +60,31 @@ def names_twice(line: bytes, parsed: dict[str, Any]) -> str | None:
         return str(twice.args[0])
     except ValueError:
         return None
+    except RecursionError:  # nested deeper than the stack holds, as orjson reads it: the same, from the text
+        return _twice_in_text(line)
+    return None
+
+
+def _twice_in_text(line: bytes) -> str | None:
+    """`names_twice` for a line that is valid JSON, read as text a token at a time (no
+    recursion, whatever its depth): each object's names, as they come."""
+    import json
+
+    from sluice.codecs.json_text import TOKEN
+
+    names: list[set[str] | None] = []  # for each open bracket, the names of its object so far (None: an array)
+    for token in TOKEN.finditer(line):
+        mark = token.group()
+        if mark == b"{":
+            names.append(set())
+        elif mark == b"[":
+            names.append(None)
+        elif mark in (b"}", b"]"):
+            names.pop()
+        elif mark.endswith(b":"):  # a member's name
+            name, seen = json.loads(mark[: mark.rindex(b":")]), names[-1]
+            assert seen is not None  # valid JSON: a name stands in an object
+            if name in seen:
+                return str(name)
+            seen.add(name)
     return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.codecs.classification import check_rankable
+from sluice.codecs.json_text import nested_too_deep
 from sluice.codecs.plain_inputs import arrays_from_request
 from sluice.codecs.tensors import decode_tensor
 from sluice.domain.errors import BadRequest, InvalidInput
@@ -28,15 +29,23 @@ def decode_inputs(
     for against `answers`, where the answer is not the same version's: a sequence's)."""
     inputs = request.inputs
     declared: dict[str, str] | None = None
+    # JSON read outside the HTTP API's parser (an upload, a stream record, the CLI's) may nest
+    # deeper than decoding walks (`sluice.codecs.json_text`): that request's input is refused.
     if isinstance(inputs, RowInputs):
-        arrays = arrays_from_request(signature, inputs=inputs.inputs, features=inputs.features, batch=inputs.batch, bools=request.json_bools)
+        try:
+            arrays = arrays_from_request(signature, inputs=inputs.inputs, features=inputs.features, batch=inputs.batch, bools=request.json_bools)
+        except RecursionError:
+            raise nested_too_deep("inputs" if inputs.inputs is not None else "features" if inputs.features is not None else "batch") from None
     elif isinstance(inputs, TensorInputs):
         arrays, declared = {}, {}
         for tensor in inputs.tensors:
             where = f"inputs.{tensor.name}"
             if tensor.name in arrays:
                 raise InvalidInput(f"input '{tensor.name}' is given twice", field=where)
-            arrays[tensor.name] = decode_tensor(tensor.name, tensor.datatype, list(tensor.shape), tensor.data, field=where, bools=request.json_bools)
+            try:
+                arrays[tensor.name] = decode_tensor(tensor.name, tensor.datatype, list(tensor.shape), tensor.data, field=where, bools=request.json_bools)
+            except RecursionError:
+                raise nested_too_deep(where) from None
             declared[tensor.name] = tensor.datatype
     elif isinstance(inputs, ArrayInputs):
         arrays = dict(inputs.arrays)

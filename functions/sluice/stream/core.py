@@ -3,9 +3,9 @@ call (`inference.bulk.score_many`), and write each record's outcome as one of th
 
 - a prediction (an output record: the input's `id`, its position, the rows as the simple JSON
   API presents them, and the deployment, model, version and variant that answered);
-- an error output (a record that can never succeed: not JSON, nested too deep, the wrong
-  shape, fails the signature, refused by the model; or one sluice fails to read, a fault of
-  its own), never retried;
+- an error output (a record that can never succeed: not JSON, nested too deep to read, the
+  wrong shape, fails the signature, refused by the model; or one sluice fails to read, a fault
+  of its own), never retried;
 - a retry (a transient failure: throttling, 502/503/504, a timeout, a deployment not found),
   reported to Lambda as a batch item failure, and in the end to the dead-letter destination.
 
@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
-from orjson import JSONDecodeError
+from orjson import JSONDecodeError, loads
 
 from sluice.codecs.datatypes import V2_TO_NUMPY
-from sluice.codecs.json_text import loads
+from sluice.codecs.json_text import loads as loads_or_too_deep
+from sluice.codecs.json_text import too_deep
 from sluice.codecs.plain import present_rows, said_per_row, who_answered, who_of_rows
 from sluice.domain import Principal
 from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
@@ -59,6 +60,9 @@ ID_CHARS = 128  # as the API's request_id
 BAD_ID = f"a record's id must be a string of at most {ID_CHARS} characters or an integer within 64 bits"
 # A record that fails reading for a reason nobody foresaw: a fault of sluice's, never of its batch.
 UNREADABLE = "the record could not be read (an internal error); the rest of its batch is scored"
+# ... unless the process ran short of what a retry may find again (memory, a file, a socket):
+# then the batch fails, and is retried.
+SHORT_OF = (MemoryError, OSError)
 
 
 @dataclass(slots=True)
@@ -156,8 +160,10 @@ class StreamScorer:
                 full.append(self._item(index, raw, body, signature, allowed, field))
             except SluiceError as exc:
                 outcomes[index].output = self._error(record, record_id(record.body), exc)
-            except Exception:  # reading is the same on a retry: this record's error, never the batch's
-                outcomes[index].output = self._unreadable(record)
+            except SHORT_OF:
+                raise
+            except Exception as exc:  # reading is the same on a retry: this record's error, never the batch's
+                outcomes[index].output = self._unreadable(record, exc)
         stacked = self._stack_hot(signature, hot, full, records, outcomes) if hot else None
         for layout in _layouts(hot, stacked, full):
             await self._score(resolved, layout, records, outcomes)
@@ -214,8 +220,10 @@ class StreamScorer:
             except SluiceError as exc:
                 outcomes[index].output = self._error(records[index], rid, exc)
                 continue
-            except Exception:
-                outcomes[index].output = self._unreadable(records[index])
+            except SHORT_OF:
+                raise
+            except Exception as exc:
+                outcomes[index].output = self._unreadable(records[index], exc)
                 continue
             full.append(_Item((index, rid, 1, False, arrays, None, None)))
         hot.clear()
@@ -264,9 +272,15 @@ class StreamScorer:
                 body = {"predictions": own} if item.several else own[0]
                 outcomes[item.index].output = {"id": item.id, "source": records[item.index].position, **mine, **body}
 
-    def _unreadable(self, record: StreamRecord) -> dict[str, Any]:
+    def _unreadable(self, record: StreamRecord, exc: Exception) -> dict[str, Any]:
+        """The error output of a record reading failed on other than a `SluiceError`: one
+        nested too deep for the stack (a `RecursionError`) is bad input naming its member
+        (`sluice.codecs.json_text.too_deep`); anything else is sluice's fault (logged)."""
+        rid = record_id(record.body)
+        if isinstance(exc, RecursionError) and (refused := too_deep(record.body)) is not None:
+            return self._error(record, rid, refused)
         get_logger().exception("a stream record could not be read", extra={"deployment": self.deployment, "source": record.position})
-        return self._error(record, record_id(record.body), SluiceError(UNREADABLE))  # 500: internal_error
+        return self._error(record, rid, SluiceError(UNREADABLE))  # 500: internal_error
 
     def _error(self, record: StreamRecord, rid: Any, exc: SluiceError) -> dict[str, Any]:
         out = {"id": rid, "source": record.position, "deployment": self.deployment, "error": exc.message, "code": exc.code}
@@ -351,7 +365,7 @@ def _body(raw: bytes | str) -> dict[str, Any]:
     if raw is NOT_BASE64:
         raise BadRequest("a record's data is not base64", field="data")
     try:
-        body = loads(raw)
+        body = loads_or_too_deep(raw)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"a record's body is not JSON: {exc.args[0] if exc.args else exc}", field="body") from None
     if not isinstance(body, dict):

@@ -663,11 +663,12 @@ def _nested(depth: int, objects: bool) -> str:
     return ('{"a": ' * depth + "1" + "}" * depth) if objects else "[" * depth + "1" + "]" * depth
 
 
-def test_a_record_nested_past_the_limit_fails_alone_on_every_source(bind: Bind, monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/streaming.md#failures: a record whose JSON nests more than 200 levels (the HTTP API's
-    limit, the record itself counted; orjson reads 1,024, and Python's stack holds fewer) is an
-    error record naming the member, on SQS, Kinesis and Kafka alike; the records beside it are
-    scored and the batch reports no failure. One within the limit is read as any other."""
+def test_a_record_nested_too_deep_to_read_fails_alone_on_every_source(bind: Bind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/streaming.md#failures: a record is read as orjson reads it (1,024 levels, the record
+    itself counted; the HTTP API's 200 are no limit here). One nested deeper, or too deep for
+    reading it to walk (hypothesis gives the stack room: see the test below), is an error record
+    naming the member, on SQS, Kinesis and Kafka alike; the records beside it are scored and the
+    batch reports no failure. One of 200 levels or fewer is read as any other."""
     import io
 
     from hypothesis import HealthCheck, given, settings
@@ -697,13 +698,40 @@ def test_a_record_nested_past_the_limit_fails_alone_on_every_source(bind: Bind, 
         assert len(out) == 4
         poison = next(o for o in out if o["id"] in ("deep", None))
         assert sorted(o["prediction"] for o in out if o is not poison) == ["setosa", "setosa", "virginica"]  # Kafka's come by partition
-        if depth > 200:
-            assert (poison["code"], poison["field"]) == ("bad_request", member), poison
-            assert f"'{member}' is nested too deep" in poison["error"] and "at most 200 levels" in poison["error"], poison
+        deep = "nested too deep to read" in poison["error"]
+        if deep:
+            assert (poison["code"], poison["field"]) == ("bad_request", member) and poison["error"].startswith(f"'{member}' is nested"), poison
         else:  # read, then refused for what it holds (no such feature, rows that are not numbers, an id that is no id)
-            assert "nested too deep" not in poison["error"] and poison["code"] in ("bad_request", "invalid_input"), poison
+            assert poison["code"] in ("bad_request", "invalid_input"), poison
+        if depth > 1024:  # past orjson's limit
+            assert f"'{member}' is nested too deep to read: more than 1,024 levels" in poison["error"], poison
+        elif depth <= 200:
+            assert not deep, poison
 
     check()
+
+
+@pytest.mark.parametrize("source", ["sqs", "kinesis", "kafka"])
+@pytest.mark.parametrize(("member", "deep"), [("features", '{"a": ' * 1000 + "1" + "}" * 1000), ("inputs", "[" * 1000 + "true" + "]" * 1000)])
+def test_a_record_too_deep_for_the_stack_is_an_error_record_naming_its_member(bind: Bind, monkeypatch: pytest.MonkeyPatch, source: str, member: str, deep: str) -> None:
+    """A valid record 1,001 levels deep (orjson reads it; walking it, for names given twice or
+    for true/false among numbers, runs out of Python's stack) is one error record naming the
+    member and its depth; the records beside it are scored, and no batch item fails."""
+    import io
+
+    from sluice.handlers import stream
+    from sluice.stream.sinks import FileSink
+
+    handle = bind({"kind": "stdout"})
+    written = io.BytesIO()
+    monkeypatch.setattr(stream, "sink_for", lambda binding: FileSink(written))
+    bodies = [*rows(2), f'{{"id": "deep", "{member}": {deep}}}', *rows(1, start=2)]
+    event = {"sqs": sqs_event, "kinesis": kinesis_event, "kafka": kafka_event}[source](bodies)
+    assert handle(event) == {"batchItemFailures": []}
+    out = {o["id"]: o for o in map(json.loads, written.getvalue().splitlines())}
+    assert (out["deep"]["code"], out["deep"]["field"]) == ("bad_request", member), out["deep"]
+    assert out["deep"]["error"].startswith(f"'{member}' is nested too deep to read"), out["deep"]
+    assert [out[f"tx-{n}"]["prediction"] for n in range(3)] == ["setosa", "virginica", "setosa"]
 
 
 def test_a_record_that_breaks_the_reader_unexpectedly_is_an_internal_error_record_not_a_lost_batch(
@@ -771,3 +799,33 @@ def test_each_record_of_a_scalar_model_is_answered_by_a_call_of_its_own(aws: Non
     for rid in ("row", "list"):
         assert (out[rid]["code"], out[rid]["field"]) == ("invalid_input", "inputs.x.shape") and "shape []" in out[rid]["error"], out[rid]
     assert shapes == [()] * len(expected)  # one call per scalar record, given as a scalar
+
+
+@pytest.mark.parametrize("short", [MemoryError(), OSError(24, "Too many open files")])
+def test_a_record_that_finds_the_process_short_of_memory_fails_the_batch_for_a_retry(
+    bind: Bind, monkeypatch: pytest.MonkeyPatch, short: Exception
+) -> None:
+    """Running short of memory (or of files, sockets) while reading a record is no fault of the
+    record: a retry may find them. It fails the invocation, so Lambda delivers the batch again,
+    and no record of it is written as a permanent error."""
+    import io
+
+    from sluice.handlers import stream
+    from sluice.stream import core
+    from sluice.stream.sinks import FileSink
+
+    handle = bind({"kind": "stdout"})
+    written = io.BytesIO()
+    monkeypatch.setattr(stream, "sink_for", lambda binding: FileSink(written))
+    read = core.StreamScorer._item
+
+    def short_of(self: Any, index: int, raw: Any, *args: Any) -> Any:
+        if "boom" in str(raw):
+            raise short
+        return read(self, index, raw, *args)
+
+    monkeypatch.setattr(core.StreamScorer, "_item", short_of)
+    bodies = [*rows(2), json.dumps({"id": "boom", "inputs": [[5.1, 3.5, 1.4, 0.2]]})]
+    with pytest.raises(type(short)):
+        handle(sqs_event(bodies))
+    assert written.getvalue() == b""

@@ -44,7 +44,7 @@ CASES: dict[str, tuple[list[Any], int, list[int]]] = {
     "a blank line inside": ([GOOD, b"\n\n", GOOD, b"\n"], 3, [2]),
     "a last line without its newline": ([GOOD, b"\n", GOOD], 2, []),
     "CRLF lines": ([GOOD, b"\r\n", GOOD, b"\r\n"], 2, []),
-    "a line nested past 200 levels": ([GOOD, b"\n", b'{"id": ' + b"[" * 200 + b"]" * 200 + b"}\n", GOOD, b"\n"], 3, [2]),
+    "a line nested past orjson's 1,024 levels": ([GOOD, b"\n", b'{"id": "deep", "a": ' + b"[" * 1100 + b"]" * 1100 + b"}\n", GOOD, b"\n"], 3, [2]),
     "a line nested 1,000 levels": ([GOOD, b"\n", b'{"id": "deep", "a": ' + b'{"a": ' * 999 + b"1" + b"}" * 999 + b"}\n", GOOD, b"\n"], 3, [2]),
 }
 
