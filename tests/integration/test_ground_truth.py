@@ -255,50 +255,53 @@ def test_the_cli_posts_labels_from_a_file_and_shows_the_quality(cli_home: Path, 
     assert code == 2 and "[file]" in err
 
 
-def _kept(name: str, kind: str, said: Any, ids: list[str], numbers: bool | None = None) -> None:
-    """Predictions kept for `ids` of deployment `name` (each said `said`), as a request keeps them
-    (a classifier's: of classes that are `numbers` or text; None: kept before that was kept)."""
+def _kept(name: str, kind: str, said: Any, ids: list[str], window: int = 36 * HOUR) -> None:
+    """Predictions kept for `ids` of deployment `name` (each said `said`), as a request keeps them."""
     from sluice.cli import pieces
 
-    record = {"revision": 1, "variant": "", "window": 36 * HOUR, "kind": kind, "predicted": [said], **({} if numbers is None else {"numbers": numbers})}
+    record = {"revision": 1, "variant": "", "window": window, "kind": kind, "predicted": [said]}
     pieces.monitor().registry.keep_predictions("default", name, [{"request_id": rid, **record} for rid in ids], expires_at=4e9)
 
 
-def _files(tmp_path: Path, label: Any, ids: list[str]) -> list[Path]:
-    """The label for each of `ids` (one id a file) as JSON Lines, CSV and Parquet write it."""
+def _label_file(tmp_path: Path, fmt: str, ids: list[str], column: list[Any]) -> Path:
+    """`column`'s labels for `ids`, as a JSON Lines, CSV or Parquet writer writes them (a
+    number as a number, text as text; Parquet's column typed by its values)."""
     import json
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    jsonl, csv, parquet = (tmp_path / f"labels-{i}.{ext}" for i, ext in enumerate(("jsonl", "csv", "parquet")))
-    jsonl.write_text(json.dumps({"request_id": ids[0], "label": label}) + "\n")
-    csv.write_text(f"request_id,label\n{ids[1]},{label}\n")
-    pq.write_table(pa.table({"request_id": [ids[2]], "label": [label]}), parquet)
-    return [jsonl, csv, parquet]
+    path = tmp_path / f"labels.{fmt}"
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps({"request_id": rid, "label": v}) + "\n" for rid, v in zip(ids, column, strict=True)))
+    elif fmt == "csv":
+        path.write_text("request_id,label\n" + "".join(f"{rid},{v}\n" for rid, v in zip(ids, column, strict=True)))
+    else:
+        pq.write_table(pa.table({"request_id": ids, "label": column}), path)
+    return path
 
 
 @pytest.mark.parametrize(
-    ("kind", "said", "numbers", "label", "by_api", "right"),
+    ("said", "column", "pairs"),
     [
-        ("class", "1", True, 1.0, [1, 1.0, "1", "1.0"], True),  # a 0/1 classifier: a float column's 1.0 is class 1
-        ("class", "1", None, 1.0, [1, 1.0, "1", "1.0"], True),  # its prediction kept before the kind of its classes was
-        ("class", "1", True, 1, [1, 1.0, "1"], True),
-        ("class", "setosa", False, "setosa", ["setosa"], True),  # text classes as they are
-        ("class", "setosa", None, "setosa", ["setosa"], True),
-        ("class", "1.1", False, "1.10", ["1.10"], False),  # text classes "1.1" and "1.10", two versions: two classes
-        ("class", "1000", False, "1e3", ["1e3", "1000.0"], False),
-        ("class", "2.5", False, "2.5", ["2.5", 2.5], True),
-        ("value", 2.0, None, 2.5, [2.5, "2.5"], True),  # a regressor: the number, whatever the file stored
+        # a 0/1 classifier: a float column's 1.0 is the API's 1.0, class "1"
+        (["1", "0", "1"], [1.0, 0.0, 0.0], {("1", "1", 1), ("0", "0", 1), ("0", "1", 1)}),
+        (["1", "0"], [1, 0], {("1", "1", 1), ("0", "0", 1)}),
+        # text classes "1.1" and "1.10" (versions) stay two, as the API's "1.1" and "1.10" are
+        (["1.1", "1.10", "1.10", "v2"], ["1.1", "1.10", "1.1", "v2"], {("1.1", "1.1", 1), ("1.10", "1.10", 1), ("1.1", "1.10", 1), ("v2", "v2", 1)}),
+        ([" ", "spam"], [" ", "spam"], {(" ", " ", 1), ("spam", "spam", 1)}),  # whitespace is a label, not a missing one
     ],
+    ids=["float 0/1", "int 0/1", "text 1.1/1.10", "whitespace"],
 )
 def test_a_label_from_a_file_is_what_the_same_label_posted_to_the_api_is(
-    cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, said: Any, numbers: bool | None, label: Any, by_api: list[Any], right: bool
+    cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], said: list[str], column: list[Any], pairs: set[tuple[str, str, int]]
 ) -> None:
-    """`sluice monitor labels --file` and `POST .../labels` take one rule for a label: a JSON Lines,
-    CSV or Parquet 1.0 for predictions of class 1 were counted as a class "1.0" (wrong), the
-    API's 1.0 as class 1. A model of text classes has them as written, a file's and the API's
-    alike: a prediction "1.1" labelled "1.10" was counted right."""
+    """`sluice monitor labels --file` read the label column as text: a float column's 1.0 was
+    the class "1.0" (counted wrong for a prediction of class 1), while the API's 1.0 is class
+    "1". Each label of a JSON Lines, CSV or Parquet file is posted as the JSON value the API
+    would get for it: a number column's as a number, text as text."""
+    import json
+
     from sluice.cli import pieces
     from sluice.domain import Principal
     from sluice.types.monitoring import Labels
@@ -306,23 +309,39 @@ def test_a_label_from_a_file_is_what_the_same_label_posted_to_the_api_is(
 
     assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
     assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
-    api_ids, file_ids = [f"api-{i}" for i in range(len(by_api))], ["jsonl", "csv", "parquet"]
-    _kept("iris", kind, said, api_ids + file_ids, numbers)
     monitor = pieces.monitor()
-    body = Labels.model_validate({"labels": [{"request_id": rid, "label": v} for rid, v in zip(api_ids, by_api, strict=True)]})
-    posted = monitor.add_labels(Principal("default", frozenset({"predict"}), "t"), "iris", [(x.request_id, x.row, x.label) for x in body.labels])
-    assert posted["matched"] == len(by_api)
-    for file in _files(tmp_path, label, file_ids):
+    sources = ("api", "jsonl", "csv", "parquet")
+    for k, source in enumerate(sources):  # each source's labels in a window of its own
+        for i, s in enumerate(said):
+            _kept("iris", "class", s, [f"{source}-{i}"], window=(36 + k) * HOUR)
+    api = [{"request_id": f"api-{i}", "label": v} for i, v in enumerate(column)]
+    body = Labels.model_validate_json(json.dumps({"labels": api}))  # as the route reads a post
+    assert monitor.add_labels(Principal("default", frozenset({"predict"}), "t"), "iris", [(x.request_id, x.row, x.label) for x in body.labels])["matched"] == len(column)
+    for fmt in sources[1:]:
+        file = _label_file(tmp_path, fmt, [f"{fmt}-{i}" for i in range(len(column))], column)
         code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(file))
-        assert code == 0 and "1 labels for iris: 1 matched" in out, (file.name, out, err)
-    (window,) = monitor.quality("default", "iris", 1)
-    assert window["rows"] == len(by_api) + 3
-    if kind == "class":
-        assert window["accuracy"] == (1.0 if right else 0.0)
-        pairs = {(actual, predicted) for _, doc in monitor.registry.read_outcomes("default", "iris", 1) for actual, predicted, _ in doc[""]["pairs"]}
-        assert pairs == {(said, said)} if right else {(str(label), said)} | {(str(v), said) for v in by_api}  # one class, every post
-    else:
-        assert window["mae"] == pytest.approx(0.5)
+        assert code == 0 and f"{len(column)} labels for iris: {len(column)} matched" in out and "skipped" not in out, (fmt, out, err)
+    by_source = {sources[window // HOUR - 36]: {tuple(p) for p in doc[""]["pairs"]} for window, doc in monitor.registry.read_outcomes("default", "iris", 1)}
+    assert by_source == dict.fromkeys(sources, pairs)
+
+
+def test_a_csv_column_of_numbers_only_is_read_as_numbers(cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """CSV has no types: a label column pyarrow reads as numbers is posted as numbers (`1.10` is
+    the API's 1.10, class "1.1"; `007` is 7); one holding text is text as written."""
+    from sluice.cli import pieces
+    from tests.conftest import MODELS
+
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    monitor = pieces.monitor()
+    for k, column in enumerate((["1.10", "007"], ["1.10", "007", "x"])):
+        for i in range(len(column)):
+            _kept("iris", "class", "?", [f"c{k}-{i}"], window=(36 + k) * HOUR)
+        file = tmp_path / f"labels-{k}.csv"
+        file.write_text("request_id,label\n" + "".join(f"c{k}-{i},{v}\n" for i, v in enumerate(column)))
+        assert run_cli(capsys, "monitor", "labels", "iris", "--file", str(file))[0] == 0
+    actual = {window // HOUR - 36: {p[0] for p in doc[""]["pairs"]} for window, doc in monitor.registry.read_outcomes("default", "iris", 1)}
+    assert actual == {0: {"1.1", "7"}, 1: {"1.10", "007", "x"}}
 
 
 def test_every_row_of_a_label_file_is_posted_skipped_with_why_or_said_unread(
@@ -345,9 +364,9 @@ def test_every_row_of_a_label_file_is_posted_skipped_with_why_or_said_unread(
     assert code == 0, err
     assert "3 labels for iris: 3 matched" in out
     assert "skipped 1: missing value for 'label' (row 1)" in out and "skipped 1: missing value for 'request_id' (row 3)" in out
-    lines = tmp_path / "labels.jsonl"  # an empty request id or label in JSON is as missing as CSV's
+    lines = tmp_path / "labels.jsonl"  # an empty request id or label in JSON is as missing as CSV's (whitespace is a label)
     lines.write_text("".join(json.dumps(row) + "\n" for row in (
-        {"request_id": "", "label": "setosa"}, {"request_id": "r0", "label": " "}, *({"request_id": f"x{i}", "label": "setosa"} for i in range(10)),
+        {"request_id": "", "label": "setosa"}, {"request_id": "r0", "label": ""}, *({"request_id": f"x{i}", "label": "setosa"} for i in range(10)),
     )))  # fmt: skip
     code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(lines), "--limit", "6", "--json")
     assert code == 0, err
@@ -360,52 +379,10 @@ def test_every_row_of_a_label_file_is_posted_skipped_with_why_or_said_unread(
     assert code == 0 and "not read: 6 rows past --limit 6" in out
 
 
-def test_counts_stored_before_the_upgrade_are_read_under_the_names_labels_get_now(
-    cli_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A model of text classes "0.0"/"1.0": counts stored before the label rule (as written) and
-    by the code that read every number-like text as a number ("0"/"1") join the counts stored
-    now in one window and in the rollout gate's figures: two classes, not four, the positive
-    class kept and every row's score in the AUC."""
-    import numpy as np
-
-    from sluice.cli import pieces
-    from sluice.domain import Principal
-    from sluice.domain.results import InferenceResult
-    from sluice.domain.signature import Signature, TensorSpec
-    from sluice.monitor.quality import predicted as kept_doc
-    from tests.conftest import MODELS
-
-    monkeypatch.setenv("SLUICE_MONITOR_MIN_LABELS", "8")  # the gate's figures from the eighth labelled row
-    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
-    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
-    monitor, window = pieces.monitor(), 36 * HOUR
-    before = {"kind": "class", "rows": 3, "pairs": [["1.0", "1.0", 2], ["0.0", "1.0", 1]], "positive": "1.0", "scores": {"pos": [[900, 2]], "neg": [[600, 1]]}}
-    since_rule = {"kind": "class", "rows": 2, "pairs": [["1", "1", 1], ["0", "0", 1]], "positive": "1", "scores": {"pos": [[800, 1]], "neg": [[100, 1]]}}
-    for doc in (before, since_rule):
-        monitor.registry.add_outcomes("default", "iris", 1, window, {"": doc})
-    sig = Signature(inputs=(TensorSpec("x", "FP32", (-1, 1)),), outputs=(
-        TensorSpec("label", "BYTES", (-1,), role="label"), TensorSpec("probabilities", "FP32", (-1, 2), role="probabilities"),
-    ))  # fmt: skip
-    records = []
-    for i, (said, p) in enumerate([("1.0", 0.9), ("0.0", 0.2), ("1.0", 0.4)]):
-        answer = InferenceResult({"label": np.array([said], object), "probabilities": np.array([[1 - p, p]], np.float32)}, classes={"probabilities": ["0.0", "1.0"]})
-        records.append({"request_id": f"new{i}", "revision": 1, "variant": "", "window": window, **kept_doc(sig, answer)})  # type: ignore[dict-item]
-    monitor.registry.keep_predictions("default", "iris", records, expires_at=4e9)
-    posted = monitor.add_labels(Principal("default", frozenset({"predict"}), "t"), "iris", [("new0", 0, "1.0"), ("new1", 0, "0.0"), ("new2", 0, "0.0")])
-    assert posted["matched"] == 3
-    (quality,) = monitor.quality("default", "iris", 1)
-    assert quality["rows"] == 8 and quality["positive"] == "1.0"
-    assert quality["accuracy"] == pytest.approx(6 / 8) and quality["recall"] == pytest.approx(4 / 4) and quality["precision"] == pytest.approx(4 / 6)
-    assert quality["auc"] is not None
-    gate = monitor.quality_gate("default", "iris", 1, "")
-    assert gate["accuracy"] == pytest.approx(6 / 8) and gate["precision"] == pytest.approx(4 / 6)
-
-
 @pytest.mark.parametrize(
     ("rows", "reason"),
     [
-        ('{"request_id": "r0", "label": ""}\n{"request_id": "r1", "label": " "}\n', "missing value for 'label': 2"),
+        ('{"request_id": "r0", "label": ""}\n{"request_id": "r1"}\n', "missing value for 'label': 2"),
         ("".join(f'{{"request_id": "{"x" * 200}{i}", "label": "setosa"}}\n' for i in range(3)), "'request_id' is longer than 128 characters: 3"),
     ],
     ids=["blank labels", "long request ids"],

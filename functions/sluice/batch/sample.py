@@ -5,6 +5,7 @@ rows a converter's check, a calibration or an evaluation needs."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -145,6 +146,71 @@ def read_job(
     out.arrays = {name: np.concatenate(chunks) for name, chunks in parts.items()}
     out.rows = np.concatenate(numbers)
     out.unread = out.total - kept - out.skipped_rows
+    return out
+
+
+def as_stored(path: str | Path, name: str, read: RowsRead) -> list[Any]:
+    """The values of text column `name` of the rows `read` kept from the file at `path`, each
+    as the file types it, a number as a Python int or float, text as a str (what a JSON value
+    of that type would be): Parquet by the column's type; CSV, which has none, as pyarrow reads
+    a column (whole numbers if every value is one, else numbers if every value is a finite
+    one, else text); JSON Lines by each row's JSON value."""
+    import pyarrow as pa
+
+    from sluice.batch.uris import format_of
+
+    texts = [str(t) for t in read.arrays[name].tolist()]
+    fmt = format_of(Path(path).name)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        kind = pq.read_schema(path).field(name).type
+        kind = kind.value_type if pa.types.is_dictionary(kind) else kind
+        if pa.types.is_integer(kind):
+            return [int(t) for t in texts]
+        if pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+            return [_number(t) for t in texts]
+        return texts
+    if fmt == "csv":
+        import pyarrow.compute as pc
+
+        for kind in (pa.int64(), pa.float64()):
+            try:
+                numbers = pc.cast(pa.array(texts, pa.string()), kind).to_pylist()
+            except pa.ArrowInvalid:
+                continue
+            if kind == pa.int64() or all(math.isfinite(x) for x in numbers):
+                return numbers
+            break
+        return texts
+    return _json_values(Path(path), name, read.rows, texts)
+
+
+def _number(text: str) -> float | str:
+    """A float column's value as a number; NaN and infinities, which JSON has not, as written."""
+    number = float(text)
+    return number if math.isfinite(number) else text
+
+
+def _json_values(path: Path, name: str, rows: np.ndarray, texts: list[str]) -> list[Any]:
+    """Each kept row's JSON value under `name` (a number, or its text), by its line in the file
+    (rows are numbered by line from 0, as the reader counts records)."""
+    from sluice.batch.records import BOM
+    from sluice.codecs.json_text import loads
+
+    wanted = dict(zip(rows.tolist(), range(len(texts)), strict=True))
+    out: list[Any] = list(texts)
+    last = int(rows[-1]) if len(rows) else -1
+    with path.open("rb") as file:
+        for number, line in enumerate(file):
+            if number > last:
+                break
+            at = wanted.get(number)
+            if at is None:
+                continue
+            value = loads(line.removeprefix(BOM) if number == 0 else line).get(name)  # a line the reader kept: an object
+            if (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and math.isfinite(value)):
+                out[at] = value
     return out
 
 

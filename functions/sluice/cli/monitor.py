@@ -144,20 +144,20 @@ def cmd_monitor_labels(args: argparse.Namespace) -> int:
     rows it refused; a file with no label left to post is an error (exit 2), naming why."""
     from pathlib import Path
 
-    from sluice.batch.sample import read_file
-    from sluice.domain.labels import request_id_problem, scalar_problem
+    from sluice.batch.sample import as_stored, read_file
     from sluice.domain.signature import Signature, TensorSpec
-    from sluice.types.monitoring import MAX_LABELS
+    from sluice.types.monitoring import MAX_LABELS, label_problem, request_id_problem
 
     principal, monitor = operator(args), pieces.monitor()
-    # Read as text, however the file stores them: the label's rule (`sluice.domain.labels`)
-    # makes one class of 1, 1.0 and "1", and a number of a regressor's "2.5".
     wanted = Signature(inputs=(TensorSpec("request_id", "BYTES", (-1,)), TensorSpec("label", "BYTES", (-1,))), outputs=())
     read = read_file(args.file, wanted, limit=args.limit, field="file")
+    # Each label as the JSON value the API would get for it: a number column's 1.0 is the
+    # number 1.0 (class 1, as the API's 1.0 is), text is text ("1.10" is not "1.1").
+    values = as_stored(args.file, "label", read)
     labels, rows = [], []
-    for row, rid, label in zip(read.rows.tolist(), read.arrays["request_id"].tolist(), read.arrays["label"].tolist(), strict=True):
-        rid, label = str(rid), str(label)
-        problem = request_id_problem(rid) or ("missing value for 'label'" if not label.strip() else scalar_problem(label))
+    for row, rid, label in zip(read.rows.tolist(), read.arrays["request_id"].tolist(), values, strict=True):
+        rid = str(rid)
+        problem = request_id_problem(rid) or ("missing value for 'label'" if label == "" else label_problem(label))
         if problem is not None:
             read.skip(row, problem)
             continue

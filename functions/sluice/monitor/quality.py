@@ -6,10 +6,6 @@ scores fall for the rows of that class and of the others), error sums for regres
 written by any number of label posts merge into the same figures (`metrics`) as the pairs all
 at once.
 
-A class is named by `sluice.domain.labels.class_name` for a model whose classes are numbers or
-text (`numbers`, kept with the prediction and with its counts). Counts and kept predictions
-from before that was kept are read under the same names (`read_stored`, `numbers_of`).
-
 Plain NumPy: the request path and the Lambda API never import scikit-learn. AUC is the
 Mann-Whitney rank statistic over the scores binned to `SCORE_BINS` (pairs in one bin count
 half, as tied ranks do): exact when no positive and negative score fall within 1/SCORE_BINS
@@ -25,26 +21,26 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain.labels import CLASS, VALUE, are_numbers, class_name, number_of, write_numbers
 from sluice.monitor.sketches import merged_by
 
 # NumPy is imported where used: sluice serve's supervisor reads this module.
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Iterable
 
     from sluice.domain.results import InferenceResult
     from sluice.domain.signature import Signature
 
+CLASS, VALUE = "class", "value"
 SCORE_BINS = 1000
 MAX_CLASSES = 256  # a confusion table wider than this is not kept (label ids, not classes)
 MAX_OVR_CLASSES = 8  # each class's scores are kept (a multi-class AUC) up to this many classes: a label post's bins stay well inside a DynamoDB item
 MAX_OVR_VALUES = 4096  # and for requests of at most this many scores (rows x classes): a kept record stays small
+MAX_LABEL = 1e100  # a regressor's label beyond this is refused: its squared error would overflow the window's sums
 
 
 def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] | None:
     """What a request's rows predicted, JSON-able: `kind` (class or value), `predicted` (a
-    label or a number per row), for a classifier `numbers` (whether its classes are numbers:
-    a label output of numbers, or class labels that are) and, for a two-class model, `scores` (the probability of
+    label or a number per row) and, for a two-class model, `scores` (the probability of
     `positive`, its second class, per row); for three to `MAX_OVR_CLASSES` classes,
     `class_scores` (each row's probabilities, for requests of at most `MAX_OVR_VALUES`) and
     `classes`. None for answers that are
@@ -65,17 +61,15 @@ def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] |
             if label.size != len(label):
                 return None
             values = label.reshape(-1)
-            numbers = label.dtype.kind in "iuf" or (label.dtype.kind == "O" and are_numbers(values.tolist()))
         else:
             values = np.asarray(classes, dtype=object)[np.argmax(probs, axis=1)]
-            numbers = are_numbers(classes or [])
-        doc: dict[str, Any] = {"kind": CLASS, "numbers": numbers, "predicted": [_word(v, numbers) for v in values.tolist()]}
+        doc: dict[str, Any] = {"kind": CLASS, "predicted": [_word(v) for v in values.tolist()]}
         if probs is not None and probs.shape[1] == 2 and classes is not None:
             doc["scores"] = np.round(probs[:, 1].astype(np.float64), 6).tolist()
-            doc["positive"] = _word(classes[1], numbers)
+            doc["positive"] = _word(classes[1])
         elif probs is not None and 2 < probs.shape[1] <= MAX_OVR_CLASSES and probs.size <= MAX_OVR_VALUES and classes is not None:
             doc["class_scores"] = np.round(probs.astype(np.float64), 6).tolist()
-            doc["classes"] = [_word(c, numbers) for c in classes]
+            doc["classes"] = [_word(c) for c in classes]
         return doc
     named = [spec.name for spec in signature.outputs if spec.name in outputs]
     if len(named) != 1:
@@ -86,19 +80,10 @@ def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] |
     return {"kind": VALUE, "predicted": value.reshape(-1).astype(np.float64).tolist()}
 
 
-def _word(value: Any, numbers: bool) -> str:
-    """A predicted class as a label for it is compared (`class_name`): a float class 1.0 is `1`."""
+def _word(value: Any) -> str:
     import numpy as np
-    return class_name(value.item() if isinstance(value, np.generic) else value, numbers=numbers)
-
-
-def numbers_of(record: dict[str, Any]) -> bool:
-    """Whether a kept classifier prediction's classes are numbers: as it says, or, kept before
-    that was kept, whether every class it names writes one."""
-    if "numbers" in record:
-        return bool(record["numbers"])
-    names = [*record["predicted"], *(record.get("classes") or ()), *([record["positive"]] if record.get("positive") is not None else [])]
-    return write_numbers(str(n) for n in names)
+    value = value.item() if isinstance(value, np.generic) else value
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(slots=True)
@@ -107,7 +92,6 @@ class Outcomes:
 
     kind: str
     rows: int = 0
-    numbers: bool | None = None  # a classifier's classes are numbers (named so) or text; None: counted before that was kept
     pairs: dict[tuple[str, str], int] = field(default_factory=dict)  # (actual, predicted): n
     positive: str | None = None
     scores: dict[str, dict[int, int]] = field(default_factory=dict)  # "pos"/"neg": {bin: n}
@@ -141,8 +125,6 @@ class Outcomes:
         self.error += diff
 
     def merge(self, other: Outcomes) -> None:
-        if self.numbers is None:
-            self.numbers = other.numbers
         self.rows += other.rows
         for pair, n in other.pairs.items():
             self.pairs[pair] = self.pairs.get(pair, 0) + n
@@ -165,8 +147,6 @@ class Outcomes:
         doc: dict[str, Any] = {"kind": self.kind, "rows": self.rows}
         if self.kind == CLASS:
             doc["pairs"] = [[a, p, n] for (a, p), n in self.pairs.items()]
-            if self.numbers is not None:
-                doc["numbers"] = self.numbers
             if self.positive is not None:
                 doc["positive"] = self.positive
                 doc["scores"] = {side: [[b, n] for b, n in bins.items()] for side, bins in self.scores.items()}
@@ -178,33 +158,12 @@ class Outcomes:
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> Outcomes:
-        numbers = doc.get("numbers")
-        out = cls(doc["kind"], int(doc["rows"]), numbers=None if numbers is None else bool(numbers), positive=doc.get("positive"))
+        out = cls(doc["kind"], int(doc["rows"]), positive=doc.get("positive"))
         out.pairs = {(str(a), str(p)): int(n) for a, p, n in doc.get("pairs", [])}
         out.scores = {side: {int(b): int(n) for b, n in bins} for side, bins in doc.get("scores", {}).items()}
         out.ovr = {str(c): {side: {int(b): int(n) for b, n in bins} for side, bins in sides.items()} for c, sides in doc.get("ovr", {}).items()}
         out.abs_error, out.sq_error, out.error = (float(doc.get(k, 0.0)) for k in ("abs_error", "sq_error", "error"))
         return out
-
-    def names(self) -> set[str]:
-        """Every class these counts name."""
-        found = {a for a, _ in self.pairs} | {p for _, p in self.pairs} | set(self.ovr)
-        return found | ({self.positive} if self.positive is not None else set())
-
-    def rename(self, name: Callable[[str], str], *, numbers: bool) -> None:
-        """The counts with each class named `name(class)`, those one name now gathers summed."""
-        pairs: dict[tuple[str, str], int] = {}
-        for (a, p), n in self.pairs.items():
-            pair = (name(a), name(p))
-            pairs[pair] = pairs.get(pair, 0) + n
-        ovr: dict[str, dict[str, dict[int, int]]] = {}
-        for c, sides in self.ovr.items():
-            for side, bins in sides.items():
-                mine = ovr.setdefault(name(c), {}).setdefault(side, {})
-                for b, n in bins.items():
-                    mine[b] = mine.get(b, 0) + n
-        self.pairs, self.ovr, self.numbers = pairs, ovr, numbers
-        self.positive = name(self.positive) if self.positive is not None else None
 
     def metrics(self) -> dict[str, Any]:
         """rows, and accuracy, precision, recall (of the positive class for two classes, else
@@ -263,60 +222,6 @@ def _auc(pos: dict[int, int] | None, neg: dict[int, int] | None) -> float | None
     return float((p * (below + 0.5 * n)).sum() / (p.sum() * n.sum()))
 
 
-def read_stored(docs: Iterable[dict[str, Any]]) -> list[dict[str, Outcomes]]:
-    """Stored documents of `{variant: Outcomes.to_dict()}`, each read under today's class
-    names. Counts stored before a model's kind of classes was kept with them (no `numbers`)
-    are named as the counts stored since of the same variant (else of any) name them: as
-    numbers when those are numbers (`"1.0"` counted before is `1`); as text, as stored, or as
-    the one class of theirs that writes the same number (`"1"`, counted before for a class
-    `"1.0"`, is `"1.0"`). With none stored since, they are numbers when every class they name
-    writes one."""
-    found = [{variant: Outcomes.from_dict(part) for variant, part in doc.items()} for doc in docs]
-    since: dict[str, list[Outcomes]] = {}
-    before: dict[str, list[Outcomes]] = {}
-    for parts in found:
-        for variant, part in parts.items():
-            if part.kind == CLASS:
-                (before if part.numbers is None else since).setdefault(variant, []).append(part)
-    anyone = [part for parts in since.values() for part in parts]
-    for variant, parts in before.items():
-        known = since.get(variant) or anyone
-        if known and all(part.numbers for part in known):
-            numbers, name = True, _as_numbers
-        elif known:
-            numbers, name = False, _as_text({n for part in known for n in part.names()})
-        else:
-            numbers = write_numbers(n for part in parts for n in part.names())
-            name = _as_numbers if numbers else str
-        for part in parts:
-            part.rename(name, numbers=numbers)
-    return found
-
-
-def _as_numbers(name: str) -> str:
-    return class_name(name, numbers=True)
-
-
-def _as_text(known: set[str]) -> Callable[[str], str]:
-    """A class name counted before, among the text classes `known`: itself, or the one known
-    class that writes the same number."""
-    by_number: dict[float, list[str]] = {}
-    for name in known:
-        number = number_of(name)
-        if number is not None:
-            by_number.setdefault(number, []).append(name)
-
-    def name(old: str) -> str:
-        if old in known:
-            return old
-        number = number_of(old)
-        same = by_number.get(number, []) if number is not None else []
-        return same[0] if len(same) == 1 else old
-
-    return name
-
-
 def merged(docs: Iterable[dict[str, Any]]) -> dict[str, Outcomes]:
-    """Documents of `{variant: Outcomes.to_dict()}` merged per variant, under today's class
-    names (`read_stored`)."""
-    return merged_by((variant, part) for parts in read_stored(docs) for variant, part in parts.items())
+    """Documents of `{variant: Outcomes.to_dict()}` merged per variant."""
+    return merged_by((variant, Outcomes.from_dict(part)) for doc in docs for variant, part in doc.items())

@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain import now
 from sluice.domain.errors import InvalidInput, NotFound, SluiceError
-from sluice.domain.labels import CLASS, class_name, label_of
 from sluice.domain.signature import Signature
 from sluice.monitor.checks import Thresholds, check
-from sluice.monitor.quality import Outcomes, merged, numbers_of, read_stored
+from sluice.monitor.quality import CLASS, MAX_LABEL, Outcomes, merged
 from sluice.monitor.sketches import Profile, merged_by
 
 if TYPE_CHECKING:
@@ -228,9 +227,9 @@ class MonitorService:
         """Join (request id, row, label) to the predictions kept for those request ids, each
         labelled row once, and count them in the window and variant of their prediction. An
         id with no kept prediction (unknown, expired, another tenant's) is `unmatched`; a row
-        labelled before is a `duplicate`; a label its prediction cannot be compared with
-        (`sluice.domain.labels.label_of`) is refused, naming it (`named(i)`: the i-th label's
-        field, `labels[i].label` by default), before anything is counted."""
+        labelled before is a `duplicate`; a label its prediction cannot be compared with is
+        refused, naming it (`named(i)`: the i-th label's field, `labels[i].label` by default),
+        before anything is counted."""
         principal.require("predict")
         tenant = principal.tenant
         self.registry.get_deployment(tenant, name)  # another tenant's, or none: not found
@@ -247,64 +246,53 @@ class MonitorService:
         for i, (rid, row, label) in enumerate(labels):
             record = kept.get(rid)
             if record is not None and row < len(record["predicted"]):
-                field = named(i) if named is not None else f"labels[{i}].label"
-                numbers = record["kind"] == CLASS and numbers_of(record)
-                joined.append((rid, row, label_of(record["kind"], label, field, numbers=numbers), record))
+                joined.append((rid, row, _label(record["kind"], label, named(i) if named is not None else f"labels[{i}].label"), record))
         claimed = self.registry.claim_labels(
             tenant, name, [(rid, row) for rid, row, _, _ in joined], expires_at=now() + self.settings.monitor_keep_ttl_s, made=made
         )
-        # Counted per window, and apart for predictions kept before a classifier's kind of
-        # classes was kept with them: their counts are stored as such, read as the others name
-        # their classes (`sluice.monitor.quality.read_stored`).
-        counts: dict[tuple[int, int, bool], dict[str, Outcomes]] = {}
+        counts: dict[tuple[int, int], dict[str, Outcomes]] = {}
         for (_, row, label, record), first in zip(joined, claimed, strict=True):
             if not first:
                 continue
-            variants = counts.setdefault(_counted_in(record), {})
+            variants = counts.setdefault((int(record["revision"]), int(record["window"])), {})
+            out = variants.setdefault(record["variant"], Outcomes(record["kind"]))
             said = record["predicted"][row]
-            if record["kind"] == CLASS:  # named as the label is (a record kept before: a float class 1.0 kept as "1.0" is 1)
-                numbers = numbers_of(record)
-                out = variants.setdefault(record["variant"], Outcomes(CLASS, numbers=numbers if "numbers" in record else None))
-                scores, each, positive = record.get("scores"), record.get("class_scores"), record.get("positive")
-                by_class = {class_name(c, numbers=numbers): p for c, p in zip(record["classes"], each[row], strict=False)} if each and record.get("classes") else None
-                positive = class_name(positive, numbers=numbers) if positive is not None else None
-                out.add_class(str(label), class_name(said, numbers=numbers), scores[row] if scores else None, positive, class_scores=by_class)
+            if record["kind"] == CLASS:
+                scores, each = record.get("scores"), record.get("class_scores")
+                by_class = dict(zip(record["classes"], each[row], strict=False)) if each and record.get("classes") else None
+                out.add_class(label, said, scores[row] if scores else None, record.get("positive"), class_scores=by_class)
             else:
-                variants.setdefault(record["variant"], Outcomes(record["kind"])).add_value(label, float(said))
-        written: set[tuple[int, int, bool]] = set()
+                out.add_value(label, float(said))
+        written: set[tuple[int, int]] = set()
         try:
-            for (revision, window, before), variants in sorted(counts.items()):
+            for (revision, window), variants in sorted(counts.items()):
                 self.registry.add_outcomes(tenant, name, revision, window, {v: o.to_dict() for v, o in variants.items()})
-                written.add((revision, window, before))
+                written.add((revision, window))
         except Exception:
             # The rows whose counts were not written are let go: posted again, they count
             # (kept claimed, a retry would call them duplicates, and they would never count).
             unwritten = [
                 (rid, row) for (rid, row, _, record), first in zip(joined, claimed, strict=True)
-                if first and _counted_in(record) not in written
+                if first and (int(record["revision"]), int(record["window"])) not in written
             ]  # fmt: skip
             self.registry.release_labels(tenant, name, unwritten)
             raise
         matched = sum(claimed)
-        rows: dict[tuple[int, int], int] = {}
-        for (revision, window, _), variants in counts.items():
-            rows[(revision, window)] = rows.get((revision, window), 0) + sum(o.rows for o in variants.values())
         return {
             "deployment": name, "received": len(labels), "matched": matched,
             "unmatched": len(labels) - len(joined), "duplicate": len(joined) - matched,
-            "windows": [{"revision": r, "window_start": w, "rows": n} for (r, w), n in sorted(rows.items())],
+            "windows": [{"revision": r, "window_start": w, "rows": sum(o.rows for o in v.values())} for (r, w), v in sorted(counts.items())],
         }  # fmt: skip
 
     def quality(self, tenant: str, name: str, revision: int, *, variant: str | None = None) -> list[dict[str, Any]]:
         """Each window of the revision with labels, newest first: the quality of all its
         labelled predictions and of each variant's (`variant`: that variant's alone)."""
-        stored = self.registry.read_outcomes(tenant, name, revision)
-        docs: dict[int, list[dict[str, Outcomes]]] = {}
-        for (window, _), parts in zip(stored, read_stored(doc for _, doc in stored), strict=True):  # every window's counts under one naming
-            docs.setdefault(window, []).append(parts if variant is None else {k: v for k, v in parts.items() if k == variant})
+        docs: dict[int, list[dict[str, Any]]] = {}
+        for window, doc in self.registry.read_outcomes(tenant, name, revision):
+            docs.setdefault(window, []).append(doc if variant is None else {k: v for k, v in doc.items() if k == variant})
         out = []
         for window, found in sorted(docs.items(), reverse=True):
-            variants = merged_by((v, part) for parts in found for v, part in parts.items())
+            variants = merged(found)
             if not variants:
                 continue
             everything = Outcomes(next(iter(variants.values())).kind)
@@ -319,7 +307,16 @@ class MonitorService:
     def quality_gate(self, tenant: str, name: str, revision: int, variant: str) -> dict[str, float | None]:
         """The rollout gates' quality metrics of one variant over the whole revision; None
         each before `monitor_min_labels` of its predictions are labelled."""
-        total = merged(doc for _, doc in self.registry.read_outcomes(tenant, name, revision)).get(variant)
+        total: Outcomes | None = None
+        for _, doc in self.registry.read_outcomes(tenant, name, revision):
+            part = doc.get(variant)
+            if part is None:
+                continue
+            found = Outcomes.from_dict(part)
+            if total is None:
+                total = found
+            else:
+                total.merge(found)
         if total is None or total.rows < self.settings.monitor_min_labels:
             return dict.fromkeys(QUALITY_METRICS)
         metrics = total.metrics()
@@ -353,12 +350,24 @@ class MonitorService:
         return merged_by((start, Profile.from_dict(doc)) for who, start, doc in found if variant is None or who == variant)
 
 
-def _counted_in(record: dict[str, Any]) -> tuple[int, int, bool]:
-    """The stored counts a labelled kept prediction joins: its revision's window, and whether
-    it was kept before a classifier's kind of classes was kept with it."""
-    return int(record["revision"]), int(record["window"]), record["kind"] == CLASS and "numbers" not in record
-
-
 def _baseline_out(doc: dict[str, Any], profile: Profile) -> dict[str, Any]:
     fields = ("deployment", "revision", "source", "created_at", "created_by")
     return {**{k: doc.get(k) for k in fields}, **profile.summary()}
+
+
+def _label(kind: str, label: Any, field: str) -> Any:
+    """A label as its prediction is compared with it: a class as text (a whole number as one
+    is written), a value as a finite number of at most `MAX_LABEL` either way."""
+    if kind == CLASS:
+        if isinstance(label, float) and label.is_integer():
+            label = int(label)
+        if isinstance(label, bool | dict | list) or label is None:
+            raise InvalidInput(f"a classifier's label is a class (text or a number), not {type(label).__name__}", field=field)
+        return str(label)
+    try:
+        value = float(label)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a whole number past float's range
+        raise InvalidInput(f"a regressor's label is a number, not {label!r:.40}", field=field) from None
+    if isinstance(label, bool) or not abs(value) <= MAX_LABEL:  # NaN and infinities too
+        raise InvalidInput(f"a regressor's label is a number from -{MAX_LABEL:g} to {MAX_LABEL:g}, not {label!r:.40}", field=field)
+    return value

@@ -6,7 +6,6 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from sluice.domain.labels import MAX_REQUEST_ID_CHARS, scalar_problem
 from sluice.types.base import WireModel
 
 MAX_JOB_ROWS = 1_000_000
@@ -42,6 +41,27 @@ class BaselineRows(WireModel):
 
 
 MAX_LABELS = 10_000
+MAX_REQUEST_ID_CHARS = 128
+MAX_LABEL_CHARS = 256
+
+
+def request_id_problem(request_id: str) -> str | None:
+    """Why a label's `request_id` is refused (empty, or too long), or None."""
+    if not request_id:
+        return "missing value for 'request_id'"
+    if len(request_id) > MAX_REQUEST_ID_CHARS:
+        return f"'request_id' is longer than {MAX_REQUEST_ID_CHARS} characters"
+    return None
+
+
+def label_problem(label: Any) -> str | None:
+    """Why a label is refused whatever the model (not text or a number, or too long), or None.
+    Empty text is a label, as a model may name a class so."""
+    if not isinstance(label, str | int | float):  # (a boolean is an int: the service says what it makes of one)
+        return "a label is text or a number"
+    if isinstance(label, str) and len(label) > MAX_LABEL_CHARS:
+        return f"a label is at most {MAX_LABEL_CHARS} characters"
+    return None
 
 
 class Label(WireModel):
@@ -54,7 +74,7 @@ class Label(WireModel):
     @field_validator("label")
     @classmethod
     def _scalar(cls, value: Any) -> Any:
-        problem = scalar_problem(value)  # the rule a file's label row is held to too
+        problem = label_problem(value)  # the rule a label file's rows are held to too
         if problem is not None:
             raise ValueError(problem)
         return value
