@@ -364,28 +364,28 @@ def test_every_row_of_a_label_file_is_posted_skipped_with_why_or_said_unread(
     assert code == 0, err
     assert "3 labels for iris: 3 matched" in out
     assert "skipped 1: missing value for 'label' (row 1)" in out and "skipped 1: missing value for 'request_id' (row 3)" in out
-    lines = tmp_path / "labels.jsonl"  # an empty request id or label in JSON is as missing as CSV's (whitespace is a label)
+    lines = tmp_path / "labels.jsonl"  # an empty request id or a null label in JSON is as missing as CSV's empty cell ("" and whitespace are labels)
     lines.write_text("".join(json.dumps(row) + "\n" for row in (
-        {"request_id": "", "label": "setosa"}, {"request_id": "r0", "label": ""}, *({"request_id": f"x{i}", "label": "setosa"} for i in range(10)),
+        {"request_id": "", "label": "setosa"}, {"request_id": "r0", "label": None}, *({"request_id": f"x{i}", "label": "setosa"} for i in range(10)),
     )))  # fmt: skip
     code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(lines), "--limit", "6", "--json")
     assert code == 0, err
     doc = json.loads(out)
     rows = doc["rows"]
-    assert rows["total"] == 12 and rows["unread"] == 6 and rows["skipped"] == 2
+    assert rows["total"] == 12 and rows["unread"] == 5 and rows["skipped"] == 2  # the reader's skip (a null) is not one of the 6 read
     assert doc["received"] + rows["skipped"] + rows["unread"] == rows["total"]
     assert rows["skipped_by_reason"] == {"missing value for 'request_id'": {"rows": 1, "first": [0]}, "missing value for 'label'": {"rows": 1, "first": [1]}}
     code, out, _ = run_cli(capsys, "monitor", "labels", "iris", "--file", str(lines), "--limit", "6")
-    assert code == 0 and "not read: 6 rows past --limit 6" in out
+    assert code == 0 and "not read: 5 rows past --limit 6" in out
 
 
 @pytest.mark.parametrize(
     ("rows", "reason"),
     [
-        ('{"request_id": "r0", "label": ""}\n{"request_id": "r1"}\n', "missing value for 'label': 2"),
+        ('{"request_id": "r0", "label": null}\n{"request_id": "r1"}\n', "missing value for 'label': 2"),
         ("".join(f'{{"request_id": "{"x" * 200}{i}", "label": "setosa"}}\n' for i in range(3)), "'request_id' is longer than 128 characters: 3"),
     ],
-    ids=["blank labels", "long request ids"],
+    ids=["missing labels", "long request ids"],
 )
 def test_a_label_file_with_no_label_left_to_post_is_an_error_naming_why(
     cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: str, reason: str
@@ -400,5 +400,5 @@ def test_a_label_file_with_no_label_left_to_post_is_an_error_naming_why(
     data.write_text(rows)
     for extra in ((), ("--json",)):
         code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(data), *extra)
-        assert code == 2 and "[file]" in err and "labels.jsonl holds no label to post" in err and reason in err, (out, err)
+        assert code == 2 and "[file]" in err and "labels.jsonl holds no " in err and reason in err, (out, err)
         assert "0 labels" not in out

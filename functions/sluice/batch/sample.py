@@ -180,10 +180,18 @@ def as_stored(path: str | Path, name: str, read: RowsRead) -> list[Any]:
             except pa.ArrowInvalid:
                 continue
             if kind == pa.int64() or all(math.isfinite(x) for x in numbers):
-                return numbers
+                return [_exact(x, t) for x, t in zip(numbers, texts, strict=True)]
             break
         return texts
     return _json_values(Path(path), name, read.rows, texts)
+
+
+def _exact(number: Any, text: str) -> Any:
+    """`number`, or the file's `text` where a float stands for a whole number past 2**53 (a
+    30-digit code: a float would post another number; its text is what the API names it)."""
+    if type(number) is float and number.is_integer() and abs(number) >= 2**53:
+        return text
+    return number
 
 
 def _number(text: str) -> float | str:
@@ -210,7 +218,7 @@ def _json_values(path: Path, name: str, rows: np.ndarray, texts: list[str]) -> l
                 continue
             value = loads(line.removeprefix(BOM) if number == 0 else line).get(name)  # a line the reader kept: an object
             if (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and math.isfinite(value)):
-                out[at] = value
+                out[at] = _exact(value, texts[at])
     return out
 
 
