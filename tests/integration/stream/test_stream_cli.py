@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -116,7 +117,9 @@ def test_a_line_nested_past_the_limit_is_one_error_line_not_a_traceback(here: No
     deep = ('{"a": ' * 999 + "1" + "}" * 999) if member == "features" else "[" * 999 + "1" + "]" * 999
     lines = [*rows(2), f'{{"id": "deep", "{member}": {deep}}}', *rows(2, start=2)]
     code, stdout, stderr = _stream_here(tmp_path / "out.jsonl", ("\n".join(lines) + "\n").encode())
-    assert code == 0 and "Traceback" not in stderr, stderr
+    # (a logging handler an earlier test of this process left on its closed stderr may report
+    # "--- Logging error ---" with a traceback of its own: the command's is what is looked for)
+    assert code == 0 and "RecursionError" not in stderr and "Traceback" not in re.sub(r"--- Logging error ---.*?\nArguments: [^\n]*\n", "", stderr, flags=re.S), stderr
     out = [json.loads(line) for line in stdout.splitlines()]
     assert [o["source"]["line"] for o in out] == [1, 2, 3, 4, 5]
     assert (out[2]["id"], out[2]["code"], out[2]["field"]) == ("deep", "bad_request", member)
