@@ -91,9 +91,12 @@ def present_rows(
 ) -> list[dict[str, Any]]:
     """One plain-JSON dict per input row: `prediction`, and for classifiers
     `probabilities` ({label: p}) and `confidence` (the top probability)."""
-    result = as_rows(result)  # a scalar answer (a 0-d output, as a server may give): one row
     outputs = result.outputs
-    n = len(next(iter(outputs.values()))) if outputs else 0
+    try:
+        n = len(next(iter(outputs.values()))) if outputs else 0
+    except TypeError:  # a scalar answer (a 0-d output, as a server may give): one row
+        result = as_rows(result)
+        outputs, n = result.outputs, 1
     if n == 0:
         return []
     plain = _Plain(signature, result)

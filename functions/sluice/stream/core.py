@@ -193,7 +193,14 @@ class StreamScorer:
         key = body.get("routing_key")
         if key is None and field:
             key = body.get(field)
-        return _Item((index, body.get("id"), rows, "batch" in body or rows != 1, arrays, body.get("variant"), key))
+        variant = body.get("variant")
+        # Routing reads a variant and a key as text: a container's text is made here, where what
+        # fails in it (a list nested 1,000 deep) is this record's error, not the batch's.
+        if variant is not None and type(variant) is not str:
+            variant = str(variant)
+        if key is not None and type(key) is not str:
+            key = str(key)
+        return _Item((index, body.get("id"), rows, "batch" in body or rows != 1, arrays, variant, key))
 
     def _stack_hot(
         self, signature: Signature, hot: list[tuple[int, Any, tuple[Any, ...]]], full: list[_Item],

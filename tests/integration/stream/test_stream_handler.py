@@ -734,6 +734,26 @@ def test_a_record_too_deep_for_the_stack_is_an_error_record_naming_its_member(bi
     assert [out[f"tx-{n}"]["prediction"] for n in range(3)] == ["setosa", "virginica", "setosa"]
 
 
+@pytest.mark.parametrize("member", ["variant", "routing_key"])
+def test_a_variant_or_routing_key_too_deep_for_the_stack_is_the_records_error(bind: Bind, monkeypatch: pytest.MonkeyPatch, member: str) -> None:
+    """Routing reads a record's variant and routing key as text: one nested 1,000 deep (its text
+    a walk the stack does not hold) is that record's error naming the member, never the batch's
+    (it was made at scoring time, past the reader, and failed every record of the batch)."""
+    import io
+
+    from sluice.handlers import stream
+    from sluice.stream.sinks import FileSink
+
+    handle = bind({"kind": "stdout"})
+    written = io.BytesIO()
+    monkeypatch.setattr(stream, "sink_for", lambda binding: FileSink(written))
+    bodies = [*rows(2), f'{{"id": "deep", "features": {IRIS}, "{member}": {"[" * 1000 + "1" + "]" * 1000}}}', *rows(1, start=2)]
+    assert handle(sqs_event(bodies)) == {"batchItemFailures": []}
+    out = {o["id"]: o for o in map(json.loads, written.getvalue().splitlines())}
+    assert (out["deep"]["code"], out["deep"]["field"]) == ("bad_request", member), out["deep"]
+    assert [out[f"tx-{n}"]["prediction"] for n in range(3)] == ["setosa", "virginica", "setosa"]
+
+
 def test_a_record_that_breaks_the_reader_unexpectedly_is_an_internal_error_record_not_a_lost_batch(
     bind: Bind, monkeypatch: pytest.MonkeyPatch
 ) -> None:
