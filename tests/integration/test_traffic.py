@@ -97,6 +97,35 @@ def test_bandit_split_learns_from_feedback(client: TestClient, keys: dict[str, s
     assert sum(v.get("rewards", 0) for v in after["variants"].values()) == 60
 
 
+def test_feedback_is_credited_to_the_revision_that_answered_the_request(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
+    """A reward for a request revision 1 answered, posted after an edit (revision 2, which
+    has no variant `rf`), shows in revision 1's statistics and never in revision 2's, whose
+    bandit it does not steer."""
+    policy = {
+        "kind": "split",
+        "bandit": {"algorithm": "epsilon_greedy", "epsilon": 1.0},
+        "variants": [{"name": "lr", "weight": 1, "target": single("iris", 1)}, {"name": "rf", "weight": 1, "target": single("iris", 2)}],
+    }
+    key = keys["acme"]
+    assert deploy(client, key, "iris-bandit", policy).status_code == 201
+    answered: dict[str, str] = {}
+    for i in range(200):
+        answered[f"q{i}"] = predict(client, key, "iris-bandit", request_id=f"q{i}").json()["variant"]
+        if {"lr", "rf"} <= set(answered.values()):
+            break
+    by = {variant: rid for rid, variant in answered.items()}
+    edited = deploy(client, key, "iris-bandit", {**policy, "variants": policy["variants"][:1]}, update=True)
+    assert edited.status_code == 200 and edited.json()["revision"] == 2
+    for variant, reward in (("rf", 0.9), ("lr", 0.4)):
+        fb = client.post("/api/v1/deployments/iris-bandit/feedback", json={"request_id": by[variant], "reward": reward}, headers=auth(key))
+        assert fb.status_code == 200 and fb.json()["variant"] == variant
+    first = client.get("/api/v1/deployments/iris-bandit/stats", params={"revision": 1}, headers=auth(key)).json()["variants"]
+    assert (first["rf"]["rewards"], first["rf"]["mean_reward"], first["lr"]["rewards"], first["lr"]["mean_reward"]) == (1, 0.9, 1, 0.4)
+    now = client.get("/api/v1/deployments/iris-bandit/stats", headers=auth(key)).json()
+    assert now["revision"] == 2 and all("rewards" not in v for v in now["variants"].values()) and "rf" not in now["variants"]
+    assert two_irises.deployments.read_stats("acme", "iris-bandit", 2).get("variant:lr", {}).get("reward_n") is None  # what its bandit reads
+
+
 def test_a_bandit_created_again_takes_feedback_for_its_own_requests_only(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
     """A bandit deleted and created again under its name: feedback for a request only the
     deleted one answered is refused (400), and its own request under an id the deleted one
