@@ -349,6 +349,12 @@ def test_first_success_answers_with_the_fastest(demo: Container, client: TestCli
     body = predict(client, keys["acme"], "hedge").json()
     assert time.perf_counter() - started < 0.5
     assert body["prediction"] == 2.0 and body["model"] == "hare"
+    # Every member is listed, in the policy's order: the one still running when the hare
+    # answered as stopped, not left out.
+    report = {m["name"]: m for m in body["members"]}
+    assert [m["name"] for m in body["members"]] == ["tortoise", "dud", "hare"]
+    assert report["tortoise"]["ok"] is False and report["tortoise"]["error"] == "cancelled" and report["tortoise"]["latency_ms"] < 500
+    assert report["dud"]["error"] == "backend_error" and report["hare"]["ok"] and report["hare"]["model"] == "hare"
 
 
 def test_ensemble_of_real_models_on_the_api(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:

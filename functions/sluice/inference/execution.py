@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from sluice.stats.recorder import Sample, StatsRecorder
 
 MAX_REF_DEPTH = 8
+# A `first_success` member still running when another answered: stopped, listed with this error.
+CANCELLED = "cancelled"
 
 
 class Lookups(Protocol):
@@ -258,6 +260,7 @@ class PolicyRunner:
                 error = exc
             return index, None, error, (time.perf_counter() - started) * 1000
 
+        started = time.perf_counter()
         tasks = [asyncio.ensure_future(member_call(i)) for i in range(len(node.members))]
         done: list[tuple[int, Answer | None, SluiceError | None, float]] = []
         try:
@@ -273,16 +276,11 @@ class PolicyRunner:
             for task in tasks:
                 task.cancel()
         in_order = sorted(done, key=lambda item: item[0])
-        report = [
-            {
-                "name": node.members[i].name,
-                "ok": answer is not None,
-                "latency_ms": round(ms, 3),
-                **({"model": answer.version.model, "version": answer.version.version} if answer else {}),
-                **({"error": error.code} if error else {}),
-            }
-            for i, answer, error, ms in in_order
-        ]
+        # Every member, in the policy's order: one still running when a `first_success`
+        # member answered was stopped then, and says so.
+        stopped_ms = (time.perf_counter() - started) * 1000
+        finished = {i: (answer, error, ms) for i, answer, error, ms in done}
+        report = [_member_report(member.name, *finished.get(i, (None, None, stopped_ms))) for i, member in enumerate(node.members)]
         answers = [(i, a) for i, a, _, _ in in_order if a is not None]
         if node.aggregator == "first_success":
             winner = next((a for _, a, _, _ in done if a is not None), None)  # in order of arrival
@@ -301,6 +299,18 @@ class PolicyRunner:
         first_answer = answers[0][1]
         exposed = frozenset().union(*(a.exposed for _, a in answers)).intersection(combined.outputs)  # a value may be one
         return Answer(first_answer.signature, combined, first_answer.version, members=report, exposed=exposed)
+
+
+def _member_report(name: str, answer: Answer | None, error: SluiceError | None, ms: float) -> dict[str, Any]:
+    """An ensemble member's entry in the answer: whether it answered, how fast, and who (or
+    its error; `cancelled`: stopped when another `first_success` member answered first)."""
+    return {
+        "name": name,
+        "ok": answer is not None,
+        "latency_ms": round(ms, 3),
+        **({"model": answer.version.model, "version": answer.version.version} if answer else {}),
+        **({"error": error.code} if error else {} if answer else {"error": CANCELLED}),
+    }
 
 
 def _shadow_job(call: Call, name: str, node: Node, arrays: dict[str, np.ndarray], answer: Answer) -> ShadowJob:
