@@ -14,7 +14,7 @@ export interface Figures {
 }
 
 /** What `GET …/stats` gives per subject: a split's variants, a shadow's mirrors, a sequence's
- * steps and a switch's cases, each by name. */
+ * steps and a switch's cases, each by its path in the policy (`at`). */
 export interface GraphStats {
   variants?: Record<string, Figures>;
   mirrors?: Record<string, Figures>;
@@ -51,7 +51,14 @@ export const MAX_OPS = 8; // a transform shows this many ops, then how many more
 const sub = (text: string): Line => ({ text: clip(text), cls: "sub" });
 const box = (kind: string, title: string, lines: Line[], more: Partial<Box> = {}): Box => ({ kind, title: clip(title), lines, edges: [], chain: [], ...more });
 
-export function boxOf(p: Policy, stats?: GraphStats): Box {
+/** A branch's name at `path`, as the statistics name it: a node of the top by its own name
+ * (`a`), one nested in another with the names of the variants, mirrors, members, cases and
+ * steps above it (`m1/a`: variant `a` of the split in ensemble member `m1`). */
+export function at(path: string, name: string): string {
+  return path ? `${path}/${name}` : name;
+}
+
+export function boxOf(p: Policy, stats?: GraphStats, path = ""): Box {
   switch (p.kind) {
     case "single":
       return box("single", p.model, [sub(`version ${p.version}`)]);
@@ -63,21 +70,21 @@ export function boxOf(p: Policy, stats?: GraphStats): Box {
       return box("split", "split", [sub(how)], {
         edges: p.variants.map((v) => ({
           label: `${v.name} · ${p.bandit ? "learned" : `${trim((100 * v.weight) / total)}%`}`,
-          note: stats && figures(stats.variants?.[v.name]),
+          note: stats && figures(stats.variants?.[at(path, v.name)]),
           dashed: false,
-          box: boxOf(v.target, stats),
+          box: boxOf(v.target, stats, at(path, v.name)),
         })),
       });
     }
     case "shadow":
       return box("shadow", "shadow", [sub(`${p.mirrors.length} mirror${p.mirrors.length === 1 ? "" : "s"}`)], {
         edges: [
-          { label: "primary · answers", dashed: false, box: boxOf(p.primary, stats) },
+          { label: "primary · answers", dashed: false, box: boxOf(p.primary, stats, path) },
           ...p.mirrors.map((m) => ({
             label: `mirror ${m.name} · ${trim(m.sample_percent)}% sampled`,
-            note: stats && figures(stats.mirrors?.[m.name]),
+            note: stats && figures(stats.mirrors?.[at(path, m.name)]),
             dashed: true,
-            box: boxOf(m.target, stats),
+            box: boxOf(m.target, stats, at(path, m.name)),
           })),
         ],
       });
@@ -86,22 +93,22 @@ export function boxOf(p: Policy, stats?: GraphStats): Box {
         edges: p.members.map((m) => ({
           label: `${m.name} · w ${trim(m.weight ?? 1)}${m.timeout_ms ? ` · ${trim(m.timeout_ms)} ms` : ""}`,
           dashed: false,
-          box: boxOf(m.target, stats),
+          box: boxOf(m.target, stats, at(path, m.name)),
         })),
       });
     case "sequence": {
       const exposed = p.expose ?? [];
       const lines = [sub(`${p.steps.length} steps`), ...(exposed.length ? [sub(`exposes ${exposed.length} output${exposed.length === 1 ? "" : "s"}`)] : [])];
-      return box("sequence", "sequence", lines, { chain: p.steps.map((step) => stepBox(step.name, step.target, exposed, stats)) });
+      return box("sequence", "sequence", lines, { chain: p.steps.map((step) => stepBox(step.name, step.target, exposed, stats, path)) });
     }
     case "switch":
       return box("switch", "switch", [sub(`${p.cases.length} case${p.cases.length === 1 ? "" : "s"} + default`)], {
         edges: [
           ...p.cases.map((c) => {
             const whole = `${c.name}: ${conditionText(c.when)}`;
-            return { label: clip(whole), tip: whole.length > MAX_CHARS ? whole : undefined, note: stats && figures(stats.cases?.[c.name], true), dashed: false, box: boxOf(c.target, stats) };
+            return { label: clip(whole), tip: whole.length > MAX_CHARS ? whole : undefined, note: stats && figures(stats.cases?.[at(path, c.name)], true), dashed: false, box: boxOf(c.target, stats, at(path, c.name)) };
           }),
-          { label: "default", note: stats && figures(stats.cases?.default, true), dashed: false, box: boxOf(p.default, stats) },
+          { label: "default", note: stats && figures(stats.cases?.[at(path, "default")], true), dashed: false, box: boxOf(p.default, stats, at(path, "default")) },
         ],
       });
     case "transform": {
@@ -113,19 +120,19 @@ export function boxOf(p: Policy, stats?: GraphStats): Box {
       return box("transform", "transform", lines, { tip: ops.join("\n") });
     }
     default:
-      return otherBox(p as unknown as Record<string, unknown>, stats);
+      return otherBox(p as unknown as Record<string, unknown>, stats, path);
   }
 }
 
 /** A sequence's step: titled by its name, then what its node is, the outputs the sequence
  * exposes from it, and its figures. */
-function stepBox(name: string, target: Policy, exposed: string[], stats?: GraphStats): Box {
-  const inner = boxOf(target, stats);
+function stepBox(name: string, target: Policy, exposed: string[], stats?: GraphStats, path = ""): Box {
+  const inner = boxOf(target, stats, at(path, name));
   const [first, ...rest] = inner.lines;
   const what = first?.cls === "sub" ? [sub(`${inner.title} · ${first.text}`), ...rest] : [sub(inner.title), ...inner.lines];
   const outputs = exposed.filter((e) => e.startsWith(`${name}.`)).map((e) => e.slice(name.length + 1));
   if (outputs.length) what.push({ text: clip(`↗ exposes ${outputs.join(", ")}`), cls: "mark" });
-  if (stats) what.push({ text: figures(stats.steps?.[name], false, true), cls: "stat" });
+  if (stats) what.push({ text: figures(stats.steps?.[at(path, name)], false, true), cls: "stat" });
   return { ...inner, title: clip(name), lines: what };
 }
 
@@ -134,17 +141,17 @@ const TARGET_FIELDS = ["arn", "function", "target", "callable", "handler", "name
 
 /** A function step, or a node of a kind this console does not know: its kind, a label, and
  * any policies it holds (a field that is a node, or a list of named parts with a `target`). */
-function otherBox(p: Record<string, unknown>, stats?: GraphStats): Box {
+function otherBox(p: Record<string, unknown>, stats?: GraphStats, path = ""): Box {
   const kind = String(p.kind ?? "node");
   const fields = Object.entries(p).filter(([k]) => k !== "kind");
   const named = TARGET_FIELDS.map((f) => p[f]).find((v) => typeof v === "string") as string | undefined;
   const label = named ?? (fields.find(([, v]) => typeof v === "string")?.[1] as string | undefined);
   const edges: Edge[] = [];
   for (const [field, value] of fields) {
-    if (isNode(value)) edges.push({ label: field, dashed: false, box: boxOf(value as Policy, stats) });
+    if (isNode(value)) edges.push({ label: field, dashed: false, box: boxOf(value as Policy, stats, path) });
     if (Array.isArray(value))
       value.forEach((part, i) => {
-        if (part && typeof part === "object" && isNode((part as any).target)) edges.push({ label: String((part as any).name ?? `${field} ${i}`), dashed: false, box: boxOf((part as any).target, stats) });
+        if (part && typeof part === "object" && isNode((part as any).target)) edges.push({ label: String((part as any).name ?? `${field} ${i}`), dashed: false, box: boxOf((part as any).target, stats, path) });
       });
   }
   return box(kind, kind, label ? [sub(shortTarget(label))] : [], { edges, tip: label && label !== shortTarget(label) ? label : undefined });

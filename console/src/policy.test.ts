@@ -148,6 +148,16 @@ describe("graph nodes", () => {
     expect(boxOf(chain).chain[0].lines.some((l) => l.cls === "stat")).toBe(false); // no figures asked (a card)
   });
 
+  it("shows a split nested in an ensemble member or a case with its own figures, by its path", () => {
+    const split = (model: string): Policy => ({ kind: "split", variants: [{ name: "a", weight: 1, target: { kind: "single", model, version: 1 } }] }) as Policy;
+    const twin = { kind: "ensemble", aggregator: "mean", members: [{ name: "m1", target: split("ra") }, { name: "m2", target: split("rb") }] } as Policy;
+    const root = boxOf(twin, { variants: { "m1/a": traffic(4, 0, 1), "m2/a": traffic(7, 1, 1), a: traffic(99, 0, 1) } });
+    expect(root.edges.map((e) => e.box.edges[0].note)).toEqual(["4 req · 0 err", "7 req · 1 err"]);
+    const cases = { kind: "switch", cases: [{ name: "low", when: { field: "routing_key", op: "==", value: "x" }, target: split("ra") }], default: split("rb") } as Policy;
+    const sw = boxOf(cases, { variants: { "low/a": traffic(2, 0, 1), "default/a": traffic(3, 0, 1) }, cases: { low: traffic(2, 0, 1, 2), default: traffic(3, 0, 1, 3) } });
+    expect(sw.edges.map((e) => e.box.edges[0].note)).toEqual(["2 req · 0 err", "3 req · 0 err"]);
+  });
+
   it("draws a switch's cases with readable conditions, then its default, each with its count", () => {
     const root = boxOf(region, { cases: { europe: traffic(3, 0, 2, 5), default: traffic(1, 1, 2, 1) } });
     expect(texts(root)).toEqual(["switch", "2 cases + default"]);
@@ -213,7 +223,7 @@ describe("graph nodes", () => {
 
   it("nests: a switch whose case is a sequence, and a sequence whose step is a switch", () => {
     const nested: Policy = { kind: "switch", cases: [{ name: "eu", when: { field: "headers.x-region", op: "==", value: "eu" }, target: chain }], default: { kind: "single", model: "iris", version: 2 } };
-    const root = boxOf(nested, { steps: { score: traffic(4, 0, 1.5) }, cases: { eu: traffic(4, 0, 9, 4) } });
+    const root = boxOf(nested, { steps: { "eu/score": traffic(4, 0, 1.5), score: traffic(99) }, cases: { eu: traffic(4, 0, 9, 4) } }); // the case's steps by their path
     expect(root.edges[0].label).toBe('eu: header x-region == "eu"');
     const seq = root.edges[0].box;
     expect(seq.kind).toBe("sequence");

@@ -188,6 +188,24 @@ def test_a_switch_by_header_or_routing_key_names_its_case_in_the_answer_and_the_
     assert {name: c["requests"] for name, c in stats["cases"].items()} == {"eu": 2, "default": 1}
 
 
+def test_splits_in_a_sequences_steps_count_apart_by_their_step(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    """Each step holding a split with a variant `v`: the request counts `embed/v` and
+    `score/v` once each (and each step), not one `v` twice; a split at the top of a sequence's
+    step keeps the step's name in its path only."""
+    client, headers = http
+    only_v = lambda target: {"kind": "split", "variants": [{"name": "v", "weight": 1, "target": target}]}  # noqa: E731
+    policy = {
+        "kind": "sequence",
+        "steps": [{"name": "embed", "target": only_v(single("embed", 1))}, {"name": "score", "target": only_v(single("scorez", 1)), "map": {"z": "embedding"}}],
+    }
+    graphs.deployments.create(acme, "split-steps", policy)
+    body = client.post("/api/v1/predictions", json={"deployment": "split-steps", "inputs": ROWS}, headers=headers).json()
+    assert [p["prediction"] for p in body["predictions"]] == pytest.approx(expected_scores(ROWS), rel=1e-5)
+    stats = client.get("/api/v1/deployments/split-steps/stats", headers=headers).json()
+    assert {k: v["requests"] for k, v in stats["variants"].items()} == {"embed/v": 1, "score/v": 1}
+    assert {k: v["requests"] for k, v in stats["steps"].items()} == {"embed": 1, "score": 1}
+
+
 def test_a_switch_on_a_request_parameter_through_simple_json_and_the_open_inference_protocol(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
     client, headers = http
     urgent = {"field": "parameters.priority", "op": ">=", "value": 5}

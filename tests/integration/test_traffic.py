@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sluice.api.app import create_app
 from sluice.domain.errors import Unprocessable
@@ -92,6 +95,35 @@ def test_bandit_split_learns_from_feedback(client: TestClient, keys: dict[str, s
     assert again.status_code == 409 and again.json()["field"] == "request_id"
     after = client.get("/api/v1/deployments/iris-bandit/stats", headers=auth(keys["acme"])).json()
     assert sum(v.get("rewards", 0) for v in after["variants"].values()) == 60
+
+
+def test_feedback_is_credited_to_the_revision_that_answered_the_request(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
+    """A reward for a request revision 1 answered, posted after an edit (revision 2, which
+    has no variant `rf`), shows in revision 1's statistics and never in revision 2's, whose
+    bandit it does not steer."""
+    policy = {
+        "kind": "split",
+        "bandit": {"algorithm": "epsilon_greedy", "epsilon": 1.0},
+        "variants": [{"name": "lr", "weight": 1, "target": single("iris", 1)}, {"name": "rf", "weight": 1, "target": single("iris", 2)}],
+    }
+    key = keys["acme"]
+    assert deploy(client, key, "iris-bandit", policy).status_code == 201
+    answered: dict[str, str] = {}
+    for i in range(200):
+        answered[f"q{i}"] = predict(client, key, "iris-bandit", request_id=f"q{i}").json()["variant"]
+        if {"lr", "rf"} <= set(answered.values()):
+            break
+    by = {variant: rid for rid, variant in answered.items()}
+    edited = deploy(client, key, "iris-bandit", {**policy, "variants": policy["variants"][:1]}, update=True)
+    assert edited.status_code == 200 and edited.json()["revision"] == 2
+    for variant, reward in (("rf", 0.9), ("lr", 0.4)):
+        fb = client.post("/api/v1/deployments/iris-bandit/feedback", json={"request_id": by[variant], "reward": reward}, headers=auth(key))
+        assert fb.status_code == 200 and fb.json()["variant"] == variant
+    first = client.get("/api/v1/deployments/iris-bandit/stats", params={"revision": 1}, headers=auth(key)).json()["variants"]
+    assert (first["rf"]["rewards"], first["rf"]["mean_reward"], first["lr"]["rewards"], first["lr"]["mean_reward"]) == (1, 0.9, 1, 0.4)
+    now = client.get("/api/v1/deployments/iris-bandit/stats", headers=auth(key)).json()
+    assert now["revision"] == 2 and all("rewards" not in v for v in now["variants"].values()) and "rf" not in now["variants"]
+    assert two_irises.deployments.read_stats("acme", "iris-bandit", 2).get("variant:lr", {}).get("reward_n") is None  # what its bandit reads
 
 
 def test_a_bandit_created_again_takes_feedback_for_its_own_requests_only(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
@@ -317,6 +349,12 @@ def test_first_success_answers_with_the_fastest(demo: Container, client: TestCli
     body = predict(client, keys["acme"], "hedge").json()
     assert time.perf_counter() - started < 0.5
     assert body["prediction"] == 2.0 and body["model"] == "hare"
+    # Every member is listed, in the policy's order: the one still running when the hare
+    # answered as stopped, not left out.
+    report = {m["name"]: m for m in body["members"]}
+    assert [m["name"] for m in body["members"]] == ["tortoise", "dud", "hare"]
+    assert report["tortoise"]["ok"] is False and report["tortoise"]["error"] == "cancelled" and report["tortoise"]["latency_ms"] < 500
+    assert report["dud"]["error"] == "backend_error" and report["hare"]["ok"] and report["hare"]["model"] == "hare"
 
 
 def test_ensemble_of_real_models_on_the_api(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
@@ -332,6 +370,85 @@ def test_ensemble_of_real_models_on_the_api(client: TestClient, keys: dict[str, 
     for label, p in body["probabilities"].items():
         assert p == pytest.approx((lr[label] + rf[label]) / 2, rel=1e-5)
     assert body["prediction"] == max(body["probabilities"], key=body["probabilities"].get)
+
+
+_DEPLOYMENTS = itertools.count()
+
+
+def _member_splits(bandit: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An ensemble of two members, each a split over variants `a` (model ra) and `b` (rb)."""
+    def split(member: str) -> dict[str, Any]:
+        variants = [{"name": "a", "weight": 1, "target": single("ra", 1)}, {"name": "b", "weight": 1, "target": single("rb", 1)}]
+        return {"name": member, "target": {"kind": "split", "variants": variants, **({"bandit": bandit} if bandit else {})}}
+
+    return {"kind": "ensemble", "aggregator": "mean", "members": [split("m1"), split("m2")]}
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(requests=st.integers(1, 12))
+def test_splits_in_two_ensemble_members_count_each_request_once_per_member(
+    demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime, requests: int
+) -> None:
+    """Each member's split is counted under its member's path (`m1/a`), once per request: not
+    both under a top-level `a`/`b` (every request counted twice, the two splits merged)."""
+    add_fake(demo.registry, "acme", "ra", value=1.0)
+    add_fake(demo.registry, "acme", "rb", value=2.0)
+    name = f"ens-{next(_DEPLOYMENTS)}"  # one per example: the container is the test's
+    assert deploy(client, keys["acme"], name, _member_splits()).status_code == 201
+    for _ in range(requests):
+        assert predict(client, keys["acme"], name).status_code == 200
+    stats = client.get(f"/api/v1/deployments/{name}/stats", headers=auth(keys["acme"])).json()
+    assert stats["overall"]["requests"] == requests
+    assert set(stats["variants"]) <= {"m1/a", "m1/b", "m2/a", "m2/b"}
+    for member in ("m1", "m2"):
+        assert sum(v["requests"] for k, v in stats["variants"].items() if k.startswith(f"{member}/")) == requests
+
+
+def test_bandits_in_two_members_are_each_rewarded_and_each_learns_from_its_own(
+    demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime
+) -> None:
+    """A request through two members' bandits: feedback rewards both choices, each under its
+    member's path, and each bandit reads its own rewards. Rewarded when m1 took `a` and m2 `b`,
+    m1 learns `a` and m2 learns `b`; before, one assignment per request kept one member's
+    choice and both bandits read the same rewards."""
+    add_fake(demo.registry, "acme", "ra", value=1.0)
+    add_fake(demo.registry, "acme", "rb", value=2.0)
+    assert deploy(client, keys["acme"], "twin", _member_splits({"algorithm": "epsilon_greedy", "epsilon": 0.1})).status_code == 201
+
+    def picks(body: dict[str, Any]) -> dict[str, str]:
+        return {m["name"]: {"ra": "a", "rb": "b"}[m["model"]] for m in body["members"]}
+
+    for i in range(60):
+        took = picks(predict(client, keys["acme"], "twin", request_id=f"t{i}").json())
+        reward = 1.0 if took == {"m1": "a", "m2": "b"} else 0.0
+        fb = client.post("/api/v1/deployments/twin/feedback", json={"request_id": f"t{i}", "reward": reward}, headers=auth(keys["acme"]))
+        assert fb.status_code == 200 and sorted(fb.json()["variants"]) == [f"m1/{took['m1']}", f"m2/{took['m2']}"]
+        demo.predictions._rewards.clear()  # this test does not wait for the 2 s reward cache
+    later = [picks(predict(client, keys["acme"], "twin").json()) for _ in range(60)]
+    assert sum(p["m1"] == "a" for p in later) >= 45 and sum(p["m2"] == "b" for p in later) >= 45
+    variants = client.get("/api/v1/deployments/twin/stats", headers=auth(keys["acme"])).json()["variants"]
+    assert sum(v.get("rewards", 0) for k, v in variants.items() if k.startswith("m1/")) == 60
+    assert sum(v.get("rewards", 0) for k, v in variants.items() if k.startswith("m2/")) == 60
+    assert "a" not in variants and "b" not in variants
+
+
+def test_splits_in_two_switch_cases_count_apart_by_their_case(demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime) -> None:
+    """Two cases each holding a split with a variant `v`: one request whose rows take both
+    counts `low/v` and `default/v` once each, not one merged `v` twice."""
+    add_fake(demo.registry, "acme", "ra", value=1.0)
+    add_fake(demo.registry, "acme", "rb", value=2.0)
+    only_v = lambda model: {"kind": "split", "variants": [{"name": "v", "weight": 1, "target": single(model, 1)}]}  # noqa: E731
+    policy = {
+        "kind": "switch",
+        "cases": [{"name": "low", "when": {"field": "inputs.input", "column": 0, "op": "<", "value": 5}, "target": only_v("ra")}],
+        "default": only_v("rb"),
+    }
+    assert deploy(client, keys["acme"], "sw", policy).status_code == 201
+    r = client.post("/api/v1/predictions", json={"deployment": "sw", "inputs": [[1, 1, 1, 1], [9, 9, 9, 9]]}, headers=auth(keys["acme"]))
+    assert r.status_code == 200
+    stats = client.get("/api/v1/deployments/sw/stats", headers=auth(keys["acme"])).json()
+    assert {k: v["requests"] for k, v in stats["variants"].items()} == {"low/v": 1, "default/v": 1}
+    assert {k: v["requests"] for k, v in stats["cases"].items()} == {"low": 1, "default": 1}
 
 
 # Graph validation -----------------------------------------------------------------------

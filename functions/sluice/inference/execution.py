@@ -2,8 +2,8 @@
 primary (its mirrors become jobs for later), an ensemble's members concurrently; a sequence's
 steps in `sluice.inference.sequences`, a switch's cases in `sluice.inference.graphs`.
 
-Registry reads on the way (a referenced deployment, a version, a bandit's rewards, its
-assignment) go through `Lookups`, which answers from its caches or reads in a thread: the
+Registry reads on the way (a referenced deployment, a version, a bandit's rewards) go
+through `Lookups`, which answers from its caches or reads in a thread: the
 event loop that serves requests never waits on the registry.
 """
 
@@ -16,6 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
+from sluice.domain.policy import subject_at
 from sluice.domain.results import Answer
 from sluice.inference.graphs import run_switch
 from sluice.inference.outcomes import refused_input
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
     from sluice.stats.recorder import Sample, StatsRecorder
 
 MAX_REF_DEPTH = 8
+# A `first_success` member still running when another answered: stopped, listed with this error.
+CANCELLED = "cancelled"
 
 
 class Lookups(Protocol):
@@ -52,7 +55,6 @@ class Lookups(Protocol):
     def cached_version(self, tenant: str, model: str, number: int) -> ModelVersion | None: ...
     async def version_of(self, tenant: str, model: str, number: int) -> ModelVersion: ...
     async def rewards_of(self, tenant: str, deployment: str, revision: int) -> dict[str, tuple[int, float]]: ...
-    async def assign(self, tenant: str, deployment: str, request_id: str, variant: str, *, revision: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -79,12 +81,18 @@ class Call:
     # The ONNX sessions the request's calls found loaded and loaded ([hits, misses]), reported
     # on its prediction line; None outside a request.
     sessions: list[int] | None = None
-    # Where in the deployment's policy the walk is: the variants chosen on the way and the
-    # references followed (`@name`), joined by "/". Variants and mirrors are counted by it
-    # (`subject`), so one nested in another or reached through a reference (whose deployment
-    # changes on its own) is never counted as a variant of the same name at the top: a
-    # rollout's gates read the top's.
+    # Where in the deployment's policy the walk is: the variants chosen, the ensemble members,
+    # switch cases and sequence steps entered on the way and the references followed (`@name`),
+    # joined by "/" (`sluice.domain.policy.subject_at`, `walk_paths`). Variants, mirrors, cases
+    # and steps are counted by it (`subject`), and a bandit's choice named by it, so one nested
+    # in another or reached through a reference (whose deployment changes on its own) is never
+    # counted as a variant of the same name at the top, nor with another branch's: a rollout's
+    # gates read the top's.
     path: str = ""
+    # The bandit choices made on the walk (each the chosen variant's path), written as the
+    # request's assignment once it ends (`PredictionService.predict`), so feedback for the
+    # request reaches every bandit that chose; None outside a request with an id.
+    chosen: list[str] | None = None
 
     @property
     def tenant(self) -> str:
@@ -96,23 +104,25 @@ class Call:
         ensemble's other members stopped once one answered."""
         return time.monotonic() >= self.deadline - DEADLINE_SLACK_S
 
-    def narrowed(self, outputs: Sequence[str] | None, checked: Signature | None) -> Call:
-        """This call for one step of a graph (`dataclasses.replace`, without its cost per request)."""
+    def narrowed(self, outputs: Sequence[str] | None, checked: Signature | None, path: str) -> Call:
+        """This call for one step of a graph, at the step's `path` (`dataclasses.replace`,
+        without its cost per request)."""
         return Call(
             self.deployment, self.deadline, self.routing, self.variant, self.request_id, outputs, checked,
-            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, self.sessions, self.path,
+            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, self.sessions, path, self.chosen,
         )  # fmt: skip
 
     def subject(self, name: str) -> str:
-        """`name` (a variant's, a mirror's, a reference's) at this point of the walk."""
-        return f"{self.path}/{name}" if self.path else name
+        """`name` (a variant's, a mirror's, a member's, a case's, a step's, a reference's) at
+        this point of the walk."""
+        return subject_at(self.path, name)
 
     def under(self, path: str) -> Call:
         """This call further down the policy, at `path` (a copy: an ensemble's members walk
         their branches concurrently with one call)."""
         return Call(
             self.deployment, self.deadline, self.routing, self.variant, self.request_id, self.outputs, self.checked,
-            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, self.sessions, path,
+            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, self.sessions, path, self.chosen,
         )  # fmt: skip
 
 
@@ -198,8 +208,8 @@ class PolicyRunner:
                 if call.path:  # a nested split's rewards are its variants' paths'
                     rewards = {k.removeprefix(f"{call.path}/"): r for k, r in rewards.items() if k.startswith(f"{call.path}/")}
                 chosen = bandit_pick(node.variants, node.bandit, rewards)
-                if call.request_id:
-                    await self.lookups.assign(dep.tenant, dep.name, call.request_id, call.subject(chosen.name), revision=dep.revision)
+                if call.chosen is not None:
+                    call.chosen.append(call.subject(chosen.name))
             else:
                 key = call.routing(node.routing_key) if node.routing_key else None
                 chosen = sticky_pick(node.variants, key) if key else weighted_pick(node.variants)
@@ -242,7 +252,7 @@ class PolicyRunner:
                 limit = min(limit, member.timeout_ms / 1000)
             try:
                 async with timeout(limit):
-                    answer = await self.run(member.target, call, arrays, depth + 1)
+                    answer = await self.run(member.target, call.under(call.subject(member.name)), arrays, depth + 1)
                 return index, answer, None, (time.perf_counter() - started) * 1000
             except TimeoutError:
                 error: SluiceError = DeadlineExceeded(f"member '{member.name}' gave no answer within {limit * 1000:.0f} ms")
@@ -250,6 +260,7 @@ class PolicyRunner:
                 error = exc
             return index, None, error, (time.perf_counter() - started) * 1000
 
+        started = time.perf_counter()
         tasks = [asyncio.ensure_future(member_call(i)) for i in range(len(node.members))]
         done: list[tuple[int, Answer | None, SluiceError | None, float]] = []
         try:
@@ -265,16 +276,11 @@ class PolicyRunner:
             for task in tasks:
                 task.cancel()
         in_order = sorted(done, key=lambda item: item[0])
-        report = [
-            {
-                "name": node.members[i].name,
-                "ok": answer is not None,
-                "latency_ms": round(ms, 3),
-                **({"model": answer.version.model, "version": answer.version.version} if answer else {}),
-                **({"error": error.code} if error else {}),
-            }
-            for i, answer, error, ms in in_order
-        ]
+        # Every member, in the policy's order: one still running when a `first_success`
+        # member answered was stopped then, and says so.
+        stopped_ms = (time.perf_counter() - started) * 1000
+        finished = {i: (answer, error, ms) for i, answer, error, ms in done}
+        report = [_member_report(member.name, *finished.get(i, (None, None, stopped_ms))) for i, member in enumerate(node.members)]
         answers = [(i, a) for i, a, _, _ in in_order if a is not None]
         if node.aggregator == "first_success":
             winner = next((a for _, a, _, _ in done if a is not None), None)  # in order of arrival
@@ -293,6 +299,18 @@ class PolicyRunner:
         first_answer = answers[0][1]
         exposed = frozenset().union(*(a.exposed for _, a in answers)).intersection(combined.outputs)  # a value may be one
         return Answer(first_answer.signature, combined, first_answer.version, members=report, exposed=exposed)
+
+
+def _member_report(name: str, answer: Answer | None, error: SluiceError | None, ms: float) -> dict[str, Any]:
+    """An ensemble member's entry in the answer: whether it answered, how fast, and who (or
+    its error; `cancelled`: stopped when another `first_success` member answered first)."""
+    return {
+        "name": name,
+        "ok": answer is not None,
+        "latency_ms": round(ms, 3),
+        **({"model": answer.version.model, "version": answer.version.version} if answer else {}),
+        **({"error": error.code} if error else {} if answer else {"error": CANCELLED}),
+    }
 
 
 def _shadow_job(call: Call, name: str, node: Node, arrays: dict[str, np.ndarray], answer: Answer) -> ShadowJob:

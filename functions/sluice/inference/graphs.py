@@ -5,8 +5,9 @@ takes and answers (`input_signature`, `answer_signature`).
 A switch decides per row (`sluice.routing.conditions`): when every row takes one case the
 request goes there whole; otherwise each case gets its own rows, the cases run concurrently
 and their answers are put back in the rows' order, so a row takes the same case alone as in
-any batch or bulk call. Statistics count each case (`case:<name>`) beside variants and
-mirrors.
+any batch or bulk call. Statistics count each case (`case:<name>`; `case:<path>/<name>` for a
+switch nested in another node, `Call.path`) beside variants and mirrors; a case's own nodes
+run under its path, so splits in two cases never count as one.
 """
 
 from __future__ import annotations
@@ -86,15 +87,17 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
     taken = np.unique(chosen)
     if len(taken) <= 1:  # the whole request takes one case (or has no rows: the default)
         name, target = targets[int(taken[0]) if len(taken) else -1]
-        answer = await runner.run_counted(target, call, arrays, depth + 1, f"case:{name}", rows=rows)
+        path = call.subject(name)
+        answer = await runner.run_counted(target, call.under(path), arrays, depth + 1, f"case:{path}", rows=rows)
         inner = answer.case
         answer.case = name if inner is None else f"{name}/{inner}" if isinstance(inner, str) else [f"{name}/{c}" for c in inner]
         return answer
     groups = [(int(i), np.flatnonzero(chosen == i)) for i in taken]
     answers = await asyncio.gather(
         *(
-            runner.run_counted(targets[i][1], call, {k: a[at] for k, a in arrays.items()}, depth + 1, f"case:{targets[i][0]}", rows=len(at))
+            runner.run_counted(targets[i][1], call.under(path), {k: a[at] for k, a in arrays.items()}, depth + 1, f"case:{path}", rows=len(at))
             for i, at in groups
+            for path in (call.subject(targets[i][0]),)
         )
     )
     merged = _merge(rows, [at for _, at in groups], [a.result for a in answers], [targets[i][0] for i, _ in groups], chosen)

@@ -143,6 +143,7 @@ class PredictionService:
             samples=[],
             looked=[],
             sessions=[0, 0],
+            chosen=[] if request.request_id else None,
         )
         if request.variant is not None:
             self._check_variant(resolved.node, request.variant)
@@ -169,6 +170,9 @@ class PredictionService:
         except SluiceError as error:
             self._runtime_failed(dep, fields, error, call)
             raise
+        finally:
+            if call.chosen:  # answered, failed or queued alike: feedback may reward a failure
+                await self._assign(call)
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         rows = rows_of(arrays)
         self.stats.request(stat_key, latency_ms, ok=True, rows=rows, steps=call.samples)  # a sequence's steps' too: one lock
@@ -364,8 +368,11 @@ class PredictionService:
             self._rewards.put(key, found)
         return found
 
-    async def assign(self, tenant: str, deployment: str, request_id: str, variant: str, *, revision: int) -> None:
-        await asyncio.to_thread(self.registry.put_assignment, tenant, deployment, request_id, variant, revision=revision)
+    async def _assign(self, call: Call) -> None:
+        """The request's bandit choices (`Call.chosen`) as its one assignment, at the revision
+        that answered it: feedback for the request rewards each (`DeploymentService.feedback`)."""
+        dep = call.deployment
+        await asyncio.to_thread(self.registry.put_assignment, dep.tenant, dep.name, call.request_id, tuple(call.chosen or ()), revision=dep.revision)
 
     # Checks ------------------------------------------------------------------------------
     def _check(self, signature: Signature, arrays: dict[str, np.ndarray], **kw: Any) -> dict[str, np.ndarray]:

@@ -3,12 +3,13 @@
 A sequence runs under the request's one deadline: a step that does not answer before it
 fails the request naming the step, as does a step that fails. Its answer is the last step's,
 with the outputs the node exposes (`step.output`) beside it, and a report per step (model,
-version, latency). Statistics count each step (`step:<name>`): in a request's prediction,
+version, latency). Statistics count each step (`step:<name>`; `step:<path>/<name>` for a
+sequence nested in another node, `Call.path`): in a request's prediction,
 in the one call that counts the deployment's own (`Call.samples`); elsewhere in one of their own.
 
 What does not change from one request to the next is worked out once per parsed policy
 (a new revision is parsed anew) and kept on the node (`Sequence.prepared`): a `_Plan` per
-deployment and outputs asked for holds each step's kind, statistics key, the outputs it
+deployment, outputs asked for and path holds each step's kind, statistics key, the outputs it
 answers and those the node exposes from it; and, per signature a step takes (the same object
 request after request while the policy and its versions hold), a transform's compiled ops
 and the signature it answers, a model's input names. A request pays the steps' own work,
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.caching import keep
 from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
+from sluice.domain.policy import subject_at
 from sluice.domain.results import Answer, InferenceResult
 from sluice.domain.signature import Signature
 from sluice.domain.transform_specs import derive
@@ -50,10 +52,12 @@ _REPORTED = ("variant", "case", "models", "members", "steps")  # what a model st
 class _Step:
     """One step as a request runs it: what its policy says, worked out once."""
 
-    __slots__ = ("exposes", "index", "kind", "name", "single", "stat_key", "step", "taken", "target", "wanted")
+    __slots__ = ("exposes", "index", "kind", "name", "path", "single", "stat_key", "step", "taken", "target", "wanted")
 
-    def __init__(self, index: int, step: Step, stat_key: tuple[Any, ...], wanted: Sequence_[str] | None, exposes: tuple[tuple[str, str], ...]) -> None:
-        self.index, self.step, self.name, self.target = index, step, step.name, step.target
+    def __init__(
+        self, index: int, step: Step, path: str, stat_key: tuple[Any, ...], wanted: Sequence_[str] | None, exposes: tuple[tuple[str, str], ...]
+    ) -> None:
+        self.index, self.step, self.name, self.target, self.path = index, step, step.name, step.target, path
         kind = step.target.kind
         self.kind = kind if kind in ("transform", "lookup", "function") else "model"
         self.single = kind == "single"  # a model step whose answer adds nothing to its report
@@ -72,12 +76,12 @@ class _Step:
 class _Plan:
     __slots__ = ("exposes", "steps")
 
-    def __init__(self, node: Sequence, tenant: str, deployment: str, revision: int, outputs: Sequence_[str] | None) -> None:
+    def __init__(self, node: Sequence, tenant: str, deployment: str, revision: int, outputs: Sequence_[str] | None, path: str) -> None:
         wanted = set(node.expose or ()) & set(outputs) if outputs else set(node.expose or ())
         last = len(node.steps) - 1
         self.steps: tuple[_Step, ...] = tuple(
             _Step(
-                i, step, (tenant, deployment, revision, f"step:{step.name}"), outputs if i == last else None,
+                i, step, subject_at(path, step.name), (tenant, deployment, revision, f"step:{subject_at(path, step.name)}"), outputs if i == last else None,
                 tuple((name, name[len(step.name) + 1 :]) for name in sorted(wanted) if i < last and name.startswith(f"{step.name}.")),
             )
             for i, step in enumerate(node.steps)
@@ -86,9 +90,10 @@ class _Plan:
 
 
 def _plan(node: Sequence, call: Call) -> _Plan:
-    """The node's plan for this deployment revision and the outputs the request asks for."""
+    """The node's plan for this deployment revision, the outputs the request asks for and the
+    path the node runs at (`Call.path`)."""
     dep = call.deployment
-    key = (dep.tenant, dep.name, dep.revision, tuple(call.outputs) if call.outputs else None)
+    key = (dep.tenant, dep.name, dep.revision, tuple(call.outputs) if call.outputs else None, call.path)
     prepared = node.prepared
     plan = prepared.get(key)
     if plan is None:
@@ -116,7 +121,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                 try:
                     if step.index:  # inputs nobody checked yet: here, so a refusal names the step (NaN and
                         feed = runner.check(takes, feed, finite=finite)  # infinity looked for where a step may have made them)
-                    answer = await runner.run(step.target, call.narrowed(step.wanted, takes), feed, depth + 1)
+                    answer = await runner.run(step.target, call.narrowed(step.wanted, takes, step.path), feed, depth + 1)
                 except Accepted:
                     raise
                 except SluiceError as exc:

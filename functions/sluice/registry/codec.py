@@ -21,7 +21,7 @@ from sluice.domain.errors import BadRequest
 from sluice.domain.jobs import BatchJob, ChunkResult
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from pydantic import TypeAdapter
 
@@ -101,6 +101,18 @@ def to_json(data: Any) -> str:
 
 def not_finite(field: str | None = None) -> BadRequest:
     return BadRequest("the registry cannot store NaN or infinite numbers", field=field)
+
+
+# A bandit assignment's `variant`: the path of each variant the request's bandits chose
+# (`sluice.domain.policy.subject_at`), one apart from the next by a space, which no name or
+# path holds. A request through one bandit split, as every request was before splits nested
+# in ensembles, cases and steps were told apart, holds one: stored as it always was.
+def assigned_variants(variants: Sequence[str]) -> str:
+    return " ".join(variants)
+
+
+def variants_assigned(stored: str) -> tuple[str, ...]:
+    return tuple(stored.split(" "))
 
 
 MODEL = Codec(Model)

@@ -190,12 +190,14 @@ class StatsRegistry(Protocol):
         sums: dict[str, float], maxes: dict[str, float],
     ) -> None: ...  # fmt: skip
     def read_stats(self, tenant: str, deployment: str, revision: int) -> dict[str, dict[str, float]]: ...
-    def put_assignment(self, tenant: str, deployment: str, request_id: str, variant: str, *, revision: int) -> None:
-        """The variant that answered the request, at the deployment's `revision`, over any before."""
+    def put_assignment(self, tenant: str, deployment: str, request_id: str, variants: Sequence[str], *, revision: int) -> None:
+        """The variants the request's bandit splits chose (each by its path in the policy:
+        `a` at the top, `m1/a` in ensemble member `m1`), at the deployment's `revision`, over
+        any assignment of the request before."""
         ...
 
-    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> tuple[str, int | None] | None:
-        """(variant, revision) of the request's assignment (revision None: kept before revisions
+    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> tuple[tuple[str, ...], int | None] | None:
+        """(variants, revision) of the request's assignment (revision None: kept before revisions
         were), or None."""
         ...
 

@@ -1,14 +1,18 @@
 """A deployment's statistics as the API and `sluice deployments stats` show them: the whole
 deployment, each split's variants (with their rewards), each shadow's mirrors (with how they
 compare), each switch's cases (with the rows they took) and each sequence's steps (a cached
-lookup's with its cache hits and misses, in rows), in the policy's order; a precomputed node's rows by source, and the share answered live."""
+lookup's with its cache hits and misses, in rows), in the policy's order; a precomputed node's rows by source, and the share answered live.
+
+Each is named by its path in the policy (`sluice.domain.policy.subject_at`): a node of the
+top by its own name (`a`), one nested in another with the branches above it (`m1/a`: variant
+`a` of the split in ensemble member `m1`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain.graphs import DEFAULT_CASE
-from sluice.domain.policy import Sequence, Switch, walk
+from sluice.domain.policy import Sequence, Switch, subject_at, walk_paths
 from sluice.stats.verdicts import comparison, fallback_rate, traffic
 
 if TYPE_CHECKING:
@@ -55,14 +59,14 @@ def deployment_stats(name: str, revision: int, counters: Mapping[str, Mapping[st
 
 
 def _graph_subjects(node: Node) -> list[str]:
-    """Each sequence's step (`step:<name>`) and each switch's case (`case:<name>`, then
-    `case:default`), in the policy's order."""
+    """Each sequence's step (`step:<path>`) and each switch's case (`case:<path>`, then its
+    default's), in the policy's order; each by its path (`walk_paths`), as it is counted."""
     out: list[str] = []
-    for n in walk(node):
+    for path, n in walk_paths(node):
         if isinstance(n, Sequence):
-            out += [f"step:{s.name}" for s in n.steps]
+            out += [f"step:{subject_at(path, s.name)}" for s in n.steps]
         elif isinstance(n, Switch):
-            out += [*(f"case:{c.name}" for c in n.cases), f"case:{DEFAULT_CASE}"]
+            out += [*(f"case:{subject_at(path, c.name)}" for c in n.cases), f"case:{subject_at(path, DEFAULT_CASE)}"]
     return out
 
 

@@ -477,10 +477,12 @@ class DeploymentService:
         counters = self._read_stats(principal.tenant, name, rev)
         return deployment_stats(name, rev, counters, parse_policy(dep.policy))
 
-    def feedback(self, principal: Principal, name: str, request_id: str, reward: float) -> str:
-        """Credit `reward` (0..1) to the variant that answered `request_id`; returns its name.
-        A request answered by an earlier deployment of the name (deleted before this one was
-        made) is not this one's, nor is feedback given for it."""
+    def feedback(self, principal: Principal, name: str, request_id: str, reward: float) -> tuple[str, ...]:
+        """Credit `reward` (0..1) to each variant the request's bandit splits chose (one per
+        bandit it passed: a split at the top, or one in each ensemble member, case or step
+        that held one), in the statistics of the revision that answered it; returns their paths (`sluice.domain.policy.subject_at`). A request
+        answered by an earlier deployment of the name (deleted before this one was made) is not
+        this one's, nor is feedback given for it."""
         principal.require("predict")
         dep = self.registry.get_deployment(principal.tenant, name)
         if not 0 <= reward <= 1:
@@ -491,10 +493,15 @@ class DeploymentService:
             raise BadRequest(
                 f"no bandit assignment for request '{request_id}' on deployment '{name}'", field="request_id"
             )
-        variant = assigned[0]
+        variants, answered_at = assigned
+        # The revision that answered the request: its statistics and its bandit's rewards,
+        # not a later policy's (which may not hold the variant). An assignment kept before
+        # assignments had their revision: the current one, as it always was.
+        revision = answered_at if answered_at is not None else dep.revision
         if not self.registry.claim_reward(principal.tenant, name, request_id, made=made):
             raise Conflict(f"feedback for request '{request_id}' was already given", field="request_id")
         if self.recorder is not None:
-            self.recorder.add((principal.tenant, name, dep.revision, f"variant:{variant}"), {"reward_n": 1, "reward_sum": reward})
+            for variant in variants:
+                self.recorder.add((principal.tenant, name, revision, f"variant:{variant}"), {"reward_n": 1, "reward_sum": reward})
             self.recorder.flush()
-        return variant
+        return variants

@@ -549,11 +549,14 @@ def test_no_statistic_value_keeps_a_key_from_being_written(registry: Registry, a
 
 
 def test_assignments_are_kept_per_tenant_and_deployment(registry: Registry) -> None:
-    registry.put_assignment(A, "scoring", "req-1", "a", revision=1)
-    registry.put_assignment(A, "scoring", "req-2", "b", revision=1)
-    registry.put_assignment(A, "scoring", "req-2", "c", revision=4)
-    assert registry.get_assignment(A, "scoring", "req-1") == ("a", 1)
-    assert registry.get_assignment(A, "scoring", "req-2") == ("c", 4)
+    registry.put_assignment(A, "scoring", "req-1", ("a",), revision=1)
+    registry.put_assignment(A, "scoring", "req-2", ("b",), revision=1)
+    registry.put_assignment(A, "scoring", "req-2", ("c",), revision=4)
+    assert registry.get_assignment(A, "scoring", "req-1") == (("a",), 1)
+    assert registry.get_assignment(A, "scoring", "req-2") == (("c",), 4)
+    # A request through bandits nested in two ensemble members: each one's choice, by its path.
+    registry.put_assignment(A, "scoring", "req-2", ("m1/a", "m2/b", "@other/low/c"), revision=5)
+    assert registry.get_assignment(A, "scoring", "req-2") == (("m1/a", "m2/b", "@other/low/c"), 5)
     assert registry.get_assignment(A, "scoring", "req-3") is None
     assert registry.get_assignment(A, "other", "req-1") is None
     assert registry.get_assignment(B, "scoring", "req-1") is None
@@ -582,7 +585,7 @@ def test_a_deployments_cache_settings_round_trip(registry: Registry) -> None:
 
 
 def test_a_reward_is_claimed_once_per_request(registry: Registry) -> None:
-    registry.put_assignment(A, "scoring", "req-1", "a", revision=1)
+    registry.put_assignment(A, "scoring", "req-1", ("a",), revision=1)
     assert registry.claim_reward(A, "scoring", "req-1", made=1) is True
     assert registry.claim_reward(A, "scoring", "req-1", made=1) is False
     assert registry.claim_reward(B, "scoring", "req-1", made=1) is True  # another tenant's request
@@ -1088,11 +1091,11 @@ def check_old_claims(registry: Registry) -> None:
     """An assignment kept before assignments had their revision is read with none (the
     feedback it gets is taken); a reward or label claimed before claims had the revision their
     deployment was made at stays claimed for any deployment of the name."""
-    assert registry.get_assignment(A, "scoring", "req-1") == ("a", None)
+    assert registry.get_assignment(A, "scoring", "req-1") == (("a",), None)
     assert registry.claim_reward(A, "scoring", "req-1", made=5) is False
     assert registry.claim_labels(A, "scoring", [("req-1", 0), ("req-1", 1)], expires_at=2e9, made=5) == [False, True]
-    registry.put_assignment(A, "scoring", "req-1", "b", revision=5)
-    assert registry.get_assignment(A, "scoring", "req-1") == ("b", 5)
+    registry.put_assignment(A, "scoring", "req-1", ("b",), revision=5)
+    assert registry.get_assignment(A, "scoring", "req-1") == (("b",), 5)
 
 
 def test_sqlite_reads_claims_of_earlier_releases(tmp_path: Any) -> None:
@@ -1113,7 +1116,7 @@ def test_sqlite_reads_claims_of_earlier_releases(tmp_path: Any) -> None:
         db.execute("INSERT INTO monitor_labels VALUES (?, ?, ?, ?, ?)", (A, "scoring", "req-1", 0, 2e9))
     db.close()
     check_old_claims(SqliteRegistry(tmp_path / "registry.db"))
-    assert SqliteRegistry(tmp_path / "registry.db").get_assignment(A, "scoring", "req-1") == ("b", 5)  # opened again: as it was left
+    assert SqliteRegistry(tmp_path / "registry.db").get_assignment(A, "scoring", "req-1") == (("b",), 5)  # opened again: as it was left
 
 
 # The AWS twin's own behaviour -----------------------------------------------------------
@@ -1177,7 +1180,7 @@ def test_dynamodb_keeps_its_key_layout(dynamodb: Any) -> None:
     first = registry.create_deployment(Deployment(A, "scoring", single("churn", 1)))
     registry.update_deployment(replace(first, policy=split(0.5)), expected_revision=1)
     registry.merge_stats(A, "scoring", 1, "variant:a", {"requests": 1}, {"peak": 2})
-    registry.put_assignment(A, "scoring", "req-1", "a", revision=2)
+    registry.put_assignment(A, "scoring", "req-1", ("a",), revision=2)
     registry.put_api_key(key_of("sk_a"))
     registry.create_job(job_of("job-1"))
     registry.update_job(A, "job-1", status="RUNNING")

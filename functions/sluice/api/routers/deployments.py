@@ -100,8 +100,10 @@ def promote_mirror(name: str, body: Promote, principal: AdminDep, deployments: D
 
 @router.post("/{name}/feedback", summary="Reward the variant that answered a request (bandit splits)")
 def feedback(name: str, body: Feedback, principal: PrincipalDep, deployments: DeploymentsDep) -> JSONResponse:
-    variant = deployments.feedback(principal, name, body.request_id, body.reward)
-    return JSONResponse({"deployment": name, "request_id": body.request_id, "variant": variant, "reward": body.reward})
+    """`variant`: the (first) variant rewarded; `variants`: each bandit's choice the request
+    took, by its path (`m1/a`: variant `a` of the split in ensemble member `m1`)."""
+    variants = deployments.feedback(principal, name, body.request_id, body.reward)
+    return JSONResponse({"deployment": name, "request_id": body.request_id, "variant": variants[0], "variants": list(variants), "reward": body.reward})
 
 
 @router.get("/{name}/history", summary="Who changed the policy, when, old -> new")

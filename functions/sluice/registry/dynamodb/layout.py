@@ -20,7 +20,8 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
   `expires_at`
 - labelled counts: `pk=T#<tenant>#D#<name>`, `sk=Q#<revision:010d>#<window:012d>#<id>`, one per
   label post and window; also `window`, `doc` (JSON) and `expires_at`
-- assignment: `pk=T#<tenant>#D#<name>#R#<request id>`, `sk=ASSIGNMENT`; also `variant`,
+- assignment: `pk=T#<tenant>#D#<name>#R#<request id>`, `sk=ASSIGNMENT`; also `variant` (the
+  path of each variant the request's bandits chose, space-separated: `sluice.registry.codec`),
   `revision` (the deployment's, as it answered) and `expires_at`
 - reward given for it: the same pk, `sk=REWARD` (written once per deployment made under the
   name, conditionally); also `made` and `expires_at`

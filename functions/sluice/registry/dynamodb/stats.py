@@ -9,8 +9,11 @@ otherwise pile up forever.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sluice.domain import now
 from sluice.domain.stat_numbers import DYNAMODB
+from sluice.registry.codec import assigned_variants, variants_assigned
 from sluice.registry.dynamodb import layout
 from sluice.registry.dynamodb.table import (
     Part,
@@ -21,6 +24,9 @@ from sluice.registry.dynamodb.table import (
     key,
     marshal,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 ASSIGNMENT_TTL_S = 30 * 24 * 3600
 _STAT = "stat:"
@@ -78,11 +84,11 @@ class DynamoStats(Part):
             for record in found
         }
 
-    def put_assignment(self, tenant: str, deployment: str, request_id: str, variant: str, *, revision: int) -> None:
+    def put_assignment(self, tenant: str, deployment: str, request_id: str, variants: Sequence[str], *, revision: int) -> None:
         at = now()
         record = item(
             layout.assignment_pk(tenant, deployment, request_id), layout.ASSIGNMENT,
-            {"variant": variant, "at": at, "revision": revision}, expires_at=int(at) + ASSIGNMENT_TTL_S,
+            {"variant": assigned_variants(variants), "at": at, "revision": revision}, expires_at=int(at) + ASSIGNMENT_TTL_S,
         )  # fmt: skip
         self.table.send("put_item", TableName=self.table.name, Item=record)
 
@@ -98,8 +104,8 @@ class DynamoStats(Part):
             return False
         return True
 
-    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> tuple[str, int | None] | None:
+    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> tuple[tuple[str, ...], int | None] | None:
         found = self.table.get(layout.assignment_pk(tenant, deployment, request_id), layout.ASSIGNMENT)
         if found is None:
             return None
-        return str(found["variant"]), (int(found["revision"]) if "revision" in found else None)
+        return variants_assigned(str(found["variant"])), (int(found["revision"]) if "revision" in found else None)

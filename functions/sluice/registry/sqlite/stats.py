@@ -3,9 +3,15 @@ that adds (sums) or keeps the larger value (maxima)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sluice.domain import now
 from sluice.domain.stat_numbers import FLOAT64
+from sluice.registry.codec import assigned_variants, variants_assigned
 from sluice.registry.sqlite.connection import Part
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 class SqliteStats(Part):
@@ -38,11 +44,11 @@ class SqliteStats(Part):
             out.setdefault(subject, {})[name] = value
         return out
 
-    def put_assignment(self, tenant: str, deployment: str, request_id: str, variant: str, *, revision: int) -> None:
+    def put_assignment(self, tenant: str, deployment: str, request_id: str, variants: Sequence[str], *, revision: int) -> None:
         with self.db.tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO assignments (tenant, deployment, request_id, variant, at, revision) VALUES (?, ?, ?, ?, ?, ?)",
-                (tenant, deployment, request_id, variant, now(), revision),
+                (tenant, deployment, request_id, assigned_variants(variants), now(), revision),
             )
 
     def claim_reward(self, tenant: str, deployment: str, request_id: str, *, made: int) -> bool:
@@ -55,9 +61,9 @@ class SqliteStats(Part):
             )
             return done.rowcount == 1
 
-    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> tuple[str, int | None] | None:
+    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> tuple[tuple[str, ...], int | None] | None:
         row = self.db.conn().execute(
             "SELECT variant, revision FROM assignments WHERE tenant = ? AND deployment = ? AND request_id = ?",
             (tenant, deployment, request_id),
         ).fetchone()
-        return (row[0], row[1]) if row else None
+        return (variants_assigned(row[0]), row[1]) if row else None
