@@ -139,8 +139,10 @@ def bounded(handler: Any, tenant: str, calls: Capacity | None, wait_s: float) ->
     if handler.request_streaming:  # grpcio runs it as the call opens; messages come when they come
 
         async def streamed(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            async with slot(context):
-                async for answer in handler.stream_stream(requests, context):
+            # The service's stream closed with this one (a cancelled call's is closed when it
+            # is finalized), not left to be finalized on its own later.
+            async with slot(context), contextlib.aclosing(handler.stream_stream(requests, context)) as answers:
+                async for answer in answers:
                     yield answer
 
         return handler._replace(stream_stream=streamed)

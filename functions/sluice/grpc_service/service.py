@@ -230,9 +230,13 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                         await self.rate_limit.check(principal.subject)
                     counted = False
                     with use_tenant(principal.tenant):
-                        yield await self._infer(principal, metadata, request)  # wire.write_stream_response
+                        answer = await self._infer(principal, metadata, request)  # wire.write_stream_response
                 except Exception as exc:
-                    yield pb.ModelStreamInferResponse(error_message=status_of(exc)[1])
+                    answer = pb.ModelStreamInferResponse(error_message=status_of(exc)[1])
+                # Yielded outside the tenant's scope: a stream the client cancels is closed
+                # wherever its generator is finalized (another task, another context), and the
+                # scope's variable can only be reset in the context that set it.
+                yield answer
 
     async def _infer(self, principal: Principal, metadata: dict[str, str], request: Any, *, admitted: bool = False) -> Any:
         """One inference; whatever fails in it is counted once (`sluice.inference.outcomes`).

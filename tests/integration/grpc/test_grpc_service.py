@@ -246,3 +246,36 @@ def test_a_key_revoked_while_its_stream_is_open_ends_the_stream(served: Containe
             next(answers)
         assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED
         requests.put(None)
+
+
+def test_a_stream_cancelled_with_answers_on_their_way_ends_quietly(
+    served: Container, keys: dict[str, str], caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A client that gives up on a stream while its answers are on their way (here: large ones
+    it does not read): the server logs no error and leaves no task failing behind it. (The
+    stream's generator, closed from another task as it was finalized, once reset the tenant's
+    scope there, failed, and answered an error while being closed.)"""
+    import queue
+    import time
+
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    rows = 20_000  # answers larger than the connection's window: their sending waits for the client
+    message = service_pb2.ModelInferRequest(model_name="iris")
+    message.inputs.add(name="input", datatype="FP32", shape=[rows, 4])
+    message.raw_input_contents.append(np.tile(np.float32(VIRGINICA), (rows, 1)).tobytes())
+    window = [("grpc.http2.bdp_probe", 0)]  # the client's window stays small: an unread answer waits
+    with run_server(served) as url, grpc.insecure_channel(url, options=window) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        for _ in range(3):
+            requests: queue.Queue[Any] = queue.Queue()
+            answers = stub.ModelStreamInfer(iter(requests.get, None), metadata=tuple(auth(keys["acme"]).items()))
+            for _ in range(3):
+                requests.put(message)
+            time.sleep(0.5)
+            answers.cancel()
+        time.sleep(0.5)
+    logged = capfd.readouterr().err + caplog.text
+    assert "unhandled gRPC error" not in logged
+    assert "GeneratorExit" not in logged and "Task exception was never retrieved" not in logged
