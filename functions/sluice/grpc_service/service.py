@@ -101,6 +101,15 @@ def _version(text: str) -> int | None:
     return parse_version(text, field="model_version") if text else None
 
 
+def _stream_error(request: Any, exc: Exception) -> Any:
+    """A stream's answer to a request that failed: its error, and the request's id and model
+    (as Triton's stream says which request failed), those of a request that did not parse
+    left empty."""
+    message = request.message
+    said = pb.ModelInferResponse(model_name=message.model_name, model_version=message.model_version, id=message.id)
+    return pb.ModelStreamInferResponse(error_message=status_of(exc)[1], infer_response=said)
+
+
 def _parameter(param: Any) -> Any:
     kind = param.WhichOneof("parameter_choice")
     return getattr(param, kind) if kind else None
@@ -232,7 +241,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                     with use_tenant(principal.tenant):
                         answer = await self._infer(principal, metadata, request)  # wire.write_stream_response
                 except Exception as exc:
-                    answer = pb.ModelStreamInferResponse(error_message=status_of(exc)[1])
+                    answer = _stream_error(request, exc)
                 # Yielded outside the tenant's scope: a stream the client cancels is closed
                 # wherever its generator is finalized (another task, another context), and the
                 # scope's variable can only be reset in the context that set it.
