@@ -29,7 +29,6 @@ from sluice.codecs.classification import asked
 from sluice.codecs.plain import who_answered
 from sluice.domain.errors import (
     Accepted,
-    BadRequest,
     PayloadTooLarge,
     SluiceError,
     Unauthenticated,
@@ -258,7 +257,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _infer_counted(self, principal: Principal, metadata: dict[str, str], request: Any, admitted: bool) -> Any:
         if getattr(request, "malformed", None):
-            raise BadRequest(f"the request is not a ModelInferRequest: {request.malformed}", field="body")
+            raise request.malformed
         message = request.message  # its fields; the raw contents are the request's (wire.InferRequest)
         rid = request_id({}, metadata, message.id, field="id")  # type: ignore[arg-type]
         params = {k: _parameter(v) for k, v in message.parameters.items()}
