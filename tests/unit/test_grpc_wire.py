@@ -60,13 +60,21 @@ def test_fields_in_any_order_repeated_in_pieces_or_unknown_read_as_protobuf_merg
 
 
 def test_a_broken_request_is_read_as_malformed_in_protobufs_words() -> None:
-    """Not raised inside the deserializer (grpcio would answer UNKNOWN with the exception's
-    name): kept for the handler, which answers INVALID_ARGUMENT with protobuf's reason."""
+    """Not raised inside the deserializer (a stream answers each message alone): kept for the
+    handler, which answers it as the error every RPC gives such bytes, with protobuf's reason."""
+    from sluice.grpc_service.wire import read_request
+
     data = _request(np.ones((1, 4), np.float32)).SerializeToString()
     ours = read_infer_request(data[:-3])
     with pytest.raises(Exception) as theirs:
         pb.ModelInferRequest.FromString(data[:-3])
-    assert ours.malformed == str(theirs.value)[:200]
+    assert ours.malformed is not None and (ours.malformed.message, ours.malformed.field) == (
+        f"the request is not a ModelInferRequest: {str(theirs.value)[:200]}",
+        "body",
+    )
+    with pytest.raises(type(ours.malformed)) as read:  # any other RPC's request: raised by its deserializer
+        read_request(pb.ModelInferRequest)(data[:-3])
+    assert (read.value.status, read.value.message, read.value.field) == (ours.malformed.status, ours.malformed.message, "body")
     assert read_infer_request(data).malformed is None
 
 

@@ -139,8 +139,10 @@ def bounded(handler: Any, tenant: str, calls: Capacity | None, wait_s: float) ->
     if handler.request_streaming:  # grpcio runs it as the call opens; messages come when they come
 
         async def streamed(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            async with slot(context):
-                async for answer in handler.stream_stream(requests, context):
+            # The service's stream closed with this one (a cancelled call's is closed when it
+            # is finalized), not left to be finalized on its own later.
+            async with slot(context), contextlib.aclosing(handler.stream_stream(requests, context)) as answers:
+                async for answer in answers:
                     yield answer
 
         return handler._replace(stream_stream=streamed)
@@ -149,9 +151,12 @@ def bounded(handler: Any, tenant: str, calls: Capacity | None, wait_s: float) ->
         async with slot(context):
             try:
                 async with timeout(wait_s):
-                    request = await context.read()
+                    request = await context.read()  # parsed as it is read (`add_service`)
             except TimeoutError:
                 await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"the request message did not arrive within {wait_s:g} s")
+            except SluiceError as exc:  # no such message: `wire.not_a`
+                code, message, trailer = status_of(exc)
+                await context.abort(code, message, trailing_metadata=trailer)
             if request is grpc.aio.EOF:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without its request message")
             return await handler.unary_unary(request, context)
@@ -163,21 +168,27 @@ def bounded(handler: Any, tenant: str, calls: Capacity | None, wait_s: float) ->
 
 
 def add_service(servicer: Any, server: grpc.aio.Server) -> None:
-    """The service's RPCs as tritonclient's compiled stubs declare them, but for inference
-    (unary and streamed), whose requests and answers are read and written around their
-    tensors' bytes (`sluice.grpc_service.wire`)."""
+    """The service's RPCs as tritonclient's compiled stubs declare them, their requests read
+    so that bytes which are no such message are INVALID_ARGUMENT (`wire.not_a`), on every RPC;
+    and inference (unary and streamed), whose requests and answers are read and written around
+    their tensors' bytes (`sluice.grpc_service.wire`)."""
     import grpc
     from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
     from sluice.grpc_service.wire import (
         read_infer_request,
+        read_request,
         write_infer_response,
         write_stream_response,
     )
 
     declared = _Declared()
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, declared)
-    handlers = dict(declared.handlers)
+    handlers = {
+        # The stubs' deserializer is the request message's `FromString`.
+        name: handler._replace(request_deserializer=read_request(handler.request_deserializer.__self__))
+        for name, handler in declared.handlers.items()
+    }
     handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
         servicer.ModelInfer, request_deserializer=read_infer_request, response_serializer=write_infer_response
     )

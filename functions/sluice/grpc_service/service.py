@@ -29,7 +29,6 @@ from sluice.codecs.classification import asked
 from sluice.codecs.plain import who_answered
 from sluice.domain.errors import (
     Accepted,
-    BadRequest,
     PayloadTooLarge,
     SluiceError,
     Unauthenticated,
@@ -99,6 +98,15 @@ def status_of(exc: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, st
 def _version(text: str) -> int | None:
     """A request's version: empty is the deployment's own; else as every door reads one."""
     return parse_version(text, field="model_version") if text else None
+
+
+def _stream_error(request: Any, exc: Exception) -> Any:
+    """A stream's answer to a request that failed: its error, and the request's id and model
+    (as Triton's stream says which request failed), those of a request that did not parse
+    left empty."""
+    message = request.message
+    said = pb.ModelInferResponse(model_name=message.model_name, model_version=message.model_version, id=message.id)
+    return pb.ModelStreamInferResponse(error_message=status_of(exc)[1], infer_response=said)
 
 
 def _parameter(param: Any) -> Any:
@@ -230,9 +238,13 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                         await self.rate_limit.check(principal.subject)
                     counted = False
                     with use_tenant(principal.tenant):
-                        yield await self._infer(principal, metadata, request)  # wire.write_stream_response
+                        answer = await self._infer(principal, metadata, request)  # wire.write_stream_response
                 except Exception as exc:
-                    yield pb.ModelStreamInferResponse(error_message=status_of(exc)[1])
+                    answer = _stream_error(request, exc)
+                # Yielded outside the tenant's scope: a stream the client cancels is closed
+                # wherever its generator is finalized (another task, another context), and the
+                # scope's variable can only be reset in the context that set it.
+                yield answer
 
     async def _infer(self, principal: Principal, metadata: dict[str, str], request: Any, *, admitted: bool = False) -> Any:
         """One inference; whatever fails in it is counted once (`sluice.inference.outcomes`).
@@ -245,7 +257,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _infer_counted(self, principal: Principal, metadata: dict[str, str], request: Any, admitted: bool) -> Any:
         if getattr(request, "malformed", None):
-            raise BadRequest(f"the request is not a ModelInferRequest: {request.malformed}", field="body")
+            raise request.malformed
         message = request.message  # its fields; the raw contents are the request's (wire.InferRequest)
         rid = request_id({}, metadata, message.id, field="id")  # type: ignore[arg-type]
         params = {k: _parameter(v) for k, v in message.parameters.items()}

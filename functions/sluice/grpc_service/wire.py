@@ -19,10 +19,31 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from sluice.codecs.binary import to_bytes
+from sluice.domain.errors import BadRequest
 
 RAW_INPUT_CONTENTS = 7  # ModelInferRequest
 RAW_OUTPUT_CONTENTS_TAG = b"\x32"  # ModelInferResponse field 6, length-delimited
 INFER_RESPONSE_TAG = b"\x12"  # ModelStreamInferResponse field 2, length-delimited
+
+
+def not_a(kind: str, exc: Exception) -> BadRequest:
+    """Bytes that are no `kind` message: INVALID_ARGUMENT naming the body, on every RPC alike
+    (grpcio left alone would answer UNKNOWN, naming its exception)."""
+    return BadRequest(f"the request is not a {kind}: {str(exc)[:200] or 'it does not parse'}", field="body")
+
+
+def read_request(message_type: Any) -> Any:
+    """The deserializer of a call whose request is a `message_type`: one that does not parse
+    is `not_a` it (the server answers it as the call's error)."""
+    from google.protobuf.message import DecodeError
+
+    def read(data: bytes) -> Any:
+        try:
+            return message_type.FromString(data)
+        except DecodeError as exc:
+            raise not_a(message_type.DESCRIPTOR.name, exc) from None
+
+    return read
 
 
 class InferRequest:
@@ -31,10 +52,12 @@ class InferRequest:
 
     __slots__ = ("malformed", "message", "raw_input_contents")
 
-    def __init__(self, message: Any, raw_input_contents: list[memoryview], malformed: str | None = None) -> None:
+    def __init__(self, message: Any, raw_input_contents: list[memoryview], malformed: BadRequest | None = None) -> None:
         self.message = message
         self.raw_input_contents = raw_input_contents
-        self.malformed = malformed  # why the bytes are no ModelInferRequest (then `message` is an empty one)
+        # Why the bytes are no ModelInferRequest (then `message` is an empty one): each of a
+        # stream's messages is answered alone, so this is its answer, not the call's.
+        self.malformed = malformed
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.message, name)
@@ -64,8 +87,8 @@ def read_infer_request(data: bytes) -> InferRequest:
             message = pb.ModelInferRequest.FromString(data)
             return InferRequest(message, [memoryview(raw) for raw in message.raw_input_contents])
         return InferRequest(pb.ModelInferRequest.FromString(rest), raws)
-    except DecodeError as exc:  # answered INVALID_ARGUMENT by the handler (grpcio would say UNKNOWN)
-        return InferRequest(pb.ModelInferRequest(), [], malformed=str(exc)[:200] or "it does not parse")
+    except DecodeError as exc:  # answered by the handler, as that request's error
+        return InferRequest(pb.ModelInferRequest(), [], malformed=not_a("ModelInferRequest", exc))
 
 
 def _split(data: bytes) -> tuple[bytes, list[memoryview]]:

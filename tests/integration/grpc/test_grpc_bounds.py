@@ -121,3 +121,28 @@ def test_bytes_that_are_no_request_are_an_invalid_argument_on_both_calls(grpc_ur
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a ModelInferRequest" in refused.value.details()
             answers = list(stream(iter([data, data]), metadata=metadata, timeout=10))
             assert len(answers) == 2 and all(b"not a ModelInferRequest" in a for a in answers)
+
+
+def test_bytes_that_are_no_request_are_an_invalid_argument_on_every_call(grpc_url: str, keys: dict[str, str]) -> None:
+    """Every unary RPC, those that need no key too, reads its message as ModelInfer does: bytes
+    that are no such message are INVALID_ARGUMENT naming the message's type, with ModelInfer's
+    trailers (not UNKNOWN naming protobuf's exception)."""
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc
+
+    metadata = (("authorization", f"Bearer {keys['acme']}"),)
+    plain = {"request_serializer": lambda b: b, "response_deserializer": lambda b: b}
+    rpcs = [name for name in vars(service_pb2_grpc.GRPCInferenceServiceServicer) if name[0].isupper() and name != "ModelStreamInfer"]
+    assert len(rpcs) > 15
+    with grpc.insecure_channel(grpc_url) as channel:
+        for data in (b"\xff\xff\xff\xff\x0f", b"\x0a\x05ir"):
+            refusals = {}
+            for rpc in rpcs:
+                with pytest.raises(grpc.RpcError) as refused:
+                    channel.unary_unary(f"/inference.GRPCInferenceService/{rpc}", **plain)(data, metadata=metadata, timeout=10)
+                error = refused.value
+                assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, (rpc, error.details())
+                assert error.details().startswith(f"the request is not a {rpc}Request: "), rpc
+                refusals[rpc] = [(k, v) for k, v in error.trailing_metadata() if k.startswith("sluice-")]
+            assert refusals["ModelInfer"] == [("sluice-code", refusals["ModelInfer"][0][1]), ("sluice-field", "body")]
+            assert all(trailer == refusals["ModelInfer"] for trailer in refusals.values()), refusals

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import MODELS
 from tests.integration.grpc.conftest import auth, fails, run_server
@@ -246,3 +248,69 @@ def test_a_key_revoked_while_its_stream_is_open_ends_the_stream(served: Containe
             next(answers)
         assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED
         requests.put(None)
+
+
+def test_a_stream_cancelled_with_answers_on_their_way_ends_quietly(
+    served: Container, keys: dict[str, str], caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A client that gives up on a stream while its answers are on their way (here: large ones
+    it does not read): the server logs no error and leaves no task failing behind it. (The
+    stream's generator, closed from another task as it was finalized, once reset the tenant's
+    scope there, failed, and answered an error while being closed.)"""
+    import queue
+    import time
+
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    rows = 20_000  # answers larger than the connection's window: their sending waits for the client
+    message = service_pb2.ModelInferRequest(model_name="iris")
+    message.inputs.add(name="input", datatype="FP32", shape=[rows, 4])
+    message.raw_input_contents.append(np.tile(np.float32(VIRGINICA), (rows, 1)).tobytes())
+    window = [("grpc.http2.bdp_probe", 0)]  # the client's window stays small: an unread answer waits
+    with run_server(served) as url, grpc.insecure_channel(url, options=window) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        for _ in range(3):
+            requests: queue.Queue[Any] = queue.Queue()
+            answers = stub.ModelStreamInfer(iter(requests.get, None), metadata=tuple(auth(keys["acme"]).items()))
+            for _ in range(3):
+                requests.put(message)
+            time.sleep(0.5)
+            answers.cancel()
+        time.sleep(0.5)
+    logged = capfd.readouterr().err + caplog.text
+    assert "unhandled gRPC error" not in logged
+    assert "GeneratorExit" not in logged and "Task exception was never retrieved" not in logged
+
+
+_STREAMED = st.fixed_dictionaries({
+    "id": st.text(max_size=4) | st.text(min_size=126, max_size=130),  # over 128 characters: refused
+    "model": st.sampled_from(["iris", "iris", "nope"]),
+    "version": st.sampled_from(["", "", "1", "7", "v1"]),
+    "raw": st.sampled_from([16, 16, 0, 1, 8]),  # of the 16 bytes [1, 4] FP32 takes
+})  # fmt: skip
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sent=st.lists(_STREAMED, min_size=1, max_size=5))
+def test_every_answer_on_a_stream_says_which_request_it_answers(grpc_url: str, keys: dict[str, str], sent: list[dict[str, Any]]) -> None:
+    """Several requests in flight on one stream, any of them failing: each answer, an error or
+    not, carries its request's id, and an error its request's model name and version too (as
+    Triton's stream says which request failed)."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    messages = []
+    for s in sent:
+        message = service_pb2.ModelInferRequest(model_name=s["model"], model_version=s["version"], id=s["id"])
+        message.inputs.add(name="input", datatype="FP32", shape=[1, 4])
+        message.raw_input_contents.append(np.array(VIRGINICA, dtype=np.float32).tobytes()[: s["raw"]])
+        messages.append(message)
+    with grpc.insecure_channel(grpc_url) as channel:
+        answers = list(service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter(messages), metadata=tuple(auth(keys["acme"]).items())))
+    assert len(answers) == len(messages)
+    for message, answer in zip(messages, answers, strict=True):
+        assert answer.infer_response.id == message.id
+        if answer.error_message:
+            said = answer.infer_response
+            assert (said.model_name, said.model_version) == (message.model_name, message.model_version)
