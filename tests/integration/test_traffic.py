@@ -410,7 +410,9 @@ def test_bandits_in_two_members_are_each_rewarded_and_each_learns_from_its_own(
     """A request through two members' bandits: feedback rewards both choices, each under its
     member's path, and each bandit reads its own rewards. Rewarded when m1 took `a` and m2 `b`,
     m1 learns `a` and m2 learns `b`; before, one assignment per request kept one member's
-    choice and both bandits read the same rewards."""
+    choice and both bandits read the same rewards. (Half the reward for each right choice: a
+    reward for both at once left a bandit whose arm the other member's spoiled nothing to learn
+    from in 60 requests, and the test failed one run in a few.)"""
     add_fake(demo.registry, "acme", "ra", value=1.0)
     add_fake(demo.registry, "acme", "rb", value=2.0)
     assert deploy(client, keys["acme"], "twin", _member_splits({"algorithm": "epsilon_greedy", "epsilon": 0.1})).status_code == 201
@@ -420,7 +422,7 @@ def test_bandits_in_two_members_are_each_rewarded_and_each_learns_from_its_own(
 
     for i in range(60):
         took = picks(predict(client, keys["acme"], "twin", request_id=f"t{i}").json())
-        reward = 1.0 if took == {"m1": "a", "m2": "b"} else 0.0
+        reward = 0.5 * (took["m1"] == "a") + 0.5 * (took["m2"] == "b")  # each bandit's own choice moves it
         fb = client.post("/api/v1/deployments/twin/feedback", json={"request_id": f"t{i}", "reward": reward}, headers=auth(keys["acme"]))
         assert fb.status_code == 200 and sorted(fb.json()["variants"]) == [f"m1/{took['m1']}", f"m2/{took['m2']}"]
         demo.predictions._rewards.clear()  # this test does not wait for the 2 s reward cache
