@@ -580,3 +580,46 @@ def test_policy_changes_are_recorded_with_who_and_what(client: TestClient, keys:
     deploy(client, keys["acme"], "iris", split, update=True)
     history = client.get("/api/v1/deployments/iris/history", headers=auth(keys["acme"])).json()
     assert history[-1]["old_policy"] == single("iris", 1) and history[-1]["new_policy"]["kind"] == "split"
+
+
+# Statistics stored by releases that counted nested nodes by their own names ---------------
+def _case_bandit(*bandits: str) -> dict[str, Any]:
+    """A switch whose cases (each named in `bandits`, every row takes the first) each hold a
+    bandit over `a` (model ra) and `b` (model rb)."""
+    bandit = {
+        "kind": "split", "bandit": {"algorithm": "epsilon_greedy", "epsilon": 0.1},
+        "variants": [{"name": "a", "weight": 1, "target": single("ra", 1)}, {"name": "b", "weight": 1, "target": single("rb", 1)}],
+    }  # fmt: skip
+    cases = [{"name": name, "when": {"field": "inputs.input", "column": 0, "op": "<", "value": 100}, "target": bandit} for name in bandits]
+    return {"kind": "switch", "cases": cases, "default": single("rb", 1)}
+
+
+@pytest.mark.parametrize("bandits", [("score",), ("score", "spare")])
+def test_a_nested_bandit_reads_the_rewards_an_earlier_release_stored_under_bare_names(
+    demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime, bandits: tuple[str, ...]
+) -> None:
+    """Releases before paths kept a nested bandit's rewards, and a request's assignment, under
+    its variants' own names (`b`, not `score/b`). Where the policy holds that one bandit, it
+    goes on from them at the same revision, and feedback for a request those releases answered
+    rewards `score/b`; where it holds several, whose rewards those releases mixed, it starts
+    afresh (and the feedback keeps the name it was given)."""
+    add_fake(demo.registry, "acme", "ra", value=1.0)
+    add_fake(demo.registry, "acme", "rb", value=2.0)
+    assert deploy(client, keys["acme"], "cased", _case_bandit(*bandits)).status_code == 201
+    demo.registry.merge_stats("acme", "cased", 1, "variant:a", {"requests": 200, "reward_n": 200, "reward_sum": 10.0}, {})
+    demo.registry.merge_stats("acme", "cased", 1, "variant:b", {"requests": 200, "reward_n": 200, "reward_sum": 190.0}, {})
+    demo.registry.put_assignment("acme", "cased", "before", ("a",), revision=1)
+
+    picks = [predict(client, keys["acme"], "cased").json()["variant"] for _ in range(100)]
+    fb = client.post("/api/v1/deployments/cased/feedback", json={"request_id": "before", "reward": 1.0}, headers=auth(keys["acme"]))
+    assert fb.status_code == 200
+    variants = client.get("/api/v1/deployments/cased/stats", headers=auth(keys["acme"])).json()["variants"]
+    if len(bandits) == 1:
+        assert picks.count("b") >= 80
+        assert fb.json()["variants"] == ["score/a"]
+        assert variants["score/a"]["rewards"] == 201 and variants["score/b"]["rewards"] == 200
+        assert "a" not in variants and "b" not in variants
+    else:
+        assert picks.count("a") >= 80  # epsilon-greedy with no reward yet takes its first variant
+        assert fb.json()["variants"] == ["a"]
+        assert variants["a"]["rewards"] == 201 and variants["b"]["rewards"] == 200
