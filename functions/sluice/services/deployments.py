@@ -476,7 +476,8 @@ class DeploymentService:
         dep = self.registry.get_deployment(principal.tenant, name)
         rev = revision or dep.revision
         counters = self._read_stats(principal.tenant, name, rev)
-        return deployment_stats(name, rev, counters, parse_policy(dep.policy))
+        history = [] if rev == dep.revision else self.registry.deployment_history(principal.tenant, name)
+        return deployment_stats(name, rev, counters, parse_policy(_policy_at(dep, history, rev)))
 
     def feedback(self, principal: Principal, name: str, request_id: str, reward: float) -> tuple[str, ...]:
         """Credit `reward` (0..1) to each variant the request's bandit splits chose (one per
