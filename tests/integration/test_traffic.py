@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sluice.api.app import create_app
+from sluice.domain import Model, ModelVersion
 from sluice.domain.errors import Unprocessable
+from sluice.domain.signature import Signature, TensorSpec
 from sluice.registry.guards import MAX_REFS_READ, RECHECKS
 from sluice.wiring import Container
 from tests.conftest import MODELS
@@ -582,3 +584,80 @@ def test_policy_changes_are_recorded_with_who_and_what(client: TestClient, keys:
     deploy(client, keys["acme"], "iris", split, update=True)
     history = client.get("/api/v1/deployments/iris/history", headers=auth(keys["acme"])).json()
     assert history[-1]["old_policy"] == single("iris", 1) and history[-1]["new_policy"]["kind"] == "split"
+
+
+# Statistics stored by releases that counted nested nodes by their own names ---------------
+def _case_bandit(*bandits: str) -> dict[str, Any]:
+    """A switch whose cases (each named in `bandits`, every row takes the first) each hold a
+    bandit over `a` (model ra) and `b` (model rb)."""
+    bandit = {
+        "kind": "split", "bandit": {"algorithm": "epsilon_greedy", "epsilon": 0.1},
+        "variants": [{"name": "a", "weight": 1, "target": single("ra", 1)}, {"name": "b", "weight": 1, "target": single("rb", 1)}],
+    }  # fmt: skip
+    cases = [{"name": name, "when": {"field": "inputs.input", "column": 0, "op": "<", "value": 100}, "target": bandit} for name in bandits]
+    return {"kind": "switch", "cases": cases, "default": single("rb", 1)}
+
+
+@pytest.mark.parametrize("bandits", [("score",), ("score", "spare")])
+def test_a_nested_bandit_reads_the_rewards_an_earlier_release_stored_under_bare_names(
+    demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime, bandits: tuple[str, ...]
+) -> None:
+    """Releases before paths kept a nested bandit's rewards, and a request's assignment, under
+    its variants' own names (`b`, not `score/b`). Where the policy holds that one bandit, it
+    goes on from them at the same revision, and feedback for a request those releases answered
+    rewards `score/b`; where it holds several, whose rewards those releases mixed, it starts
+    afresh (and the feedback keeps the name it was given)."""
+    add_fake(demo.registry, "acme", "ra", value=1.0)
+    add_fake(demo.registry, "acme", "rb", value=2.0)
+    assert deploy(client, keys["acme"], "cased", _case_bandit(*bandits)).status_code == 201
+    demo.registry.merge_stats("acme", "cased", 1, "variant:a", {"requests": 200, "reward_n": 200, "reward_sum": 10.0}, {})
+    demo.registry.merge_stats("acme", "cased", 1, "variant:b", {"requests": 200, "reward_n": 200, "reward_sum": 190.0}, {})
+    demo.registry.put_assignment("acme", "cased", "before", ("a",), revision=1)
+
+    picks = [predict(client, keys["acme"], "cased").json()["variant"] for _ in range(100)]
+    fb = client.post("/api/v1/deployments/cased/feedback", json={"request_id": "before", "reward": 1.0}, headers=auth(keys["acme"]))
+    assert fb.status_code == 200
+    variants = client.get("/api/v1/deployments/cased/stats", headers=auth(keys["acme"])).json()["variants"]
+    if len(bandits) == 1:
+        assert picks.count("b") >= 80
+        assert fb.json()["variants"] == ["score/a"]
+        assert variants["score/a"]["rewards"] == 201 and variants["score/b"]["rewards"] == 200
+        assert "a" not in variants and "b" not in variants
+    else:
+        assert picks.count("a") >= 80  # epsilon-greedy with no reward yet takes its first variant
+        assert fb.json()["variants"] == ["a"]
+        assert variants["a"]["rewards"] == 201 and variants["b"]["rewards"] == 200
+
+
+def test_statistics_an_earlier_release_stored_for_nested_nodes_count_with_their_paths(
+    demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime
+) -> None:
+    """Releases before paths counted a step of the sequence in case `eu` as `score` and a
+    variant of the split in its step `embed` as `a`; at the same revision they add up with
+    what is counted now (`eu/score`, `eu/embed/a`), listed once. A name the top holds too
+    (case `eu`) or several nested nodes hold (steps `embed` of `eu` and of the default) stays
+    as stored."""
+    add_fake(demo.registry, "acme", "ra", value=1.0)
+    add_fake(demo.registry, "acme", "rb", value=2.0)
+    demo.registry.create_model(Model("acme", "rc"))  # takes `y`, answers `y`
+    takes_y = Signature((TensorSpec("y", "FP32", (-1, 1)),), (TensorSpec("y", "FP32", (-1, 1), role="value"),))
+    demo.registry.add_version(ModelVersion("acme", "rc", 0, "sagemaker", "fake://", "0" * 64, 0, takes_y, config={"value": 3.0}))
+    seq = lambda first, then: {"kind": "sequence", "steps": [{"name": "embed", "target": first}, {"name": then, "target": single("rc", 1)}]}  # noqa: E731
+    split = {"kind": "split", "variants": [{"name": "a", "weight": 1, "target": single("ra", 1)}]}
+    policy = {
+        "kind": "switch",
+        "cases": [{"name": "eu", "when": {"field": "inputs.input", "column": 0, "op": "<", "value": 100}, "target": seq(split, "score")}],
+        "default": seq(single("ra", 1), "last"),
+    }
+    assert deploy(client, keys["acme"], "geo", policy).status_code == 201
+    old = {"requests": 5, "latency_ms_sum": 50.0}
+    for subject in ("step:score", "variant:a", "step:embed", "case:eu"):
+        demo.registry.merge_stats("acme", "geo", 1, subject, old, {})
+    for _ in range(3):
+        assert predict(client, keys["acme"], "geo").status_code == 200
+    stats = client.get("/api/v1/deployments/geo/stats", headers=auth(keys["acme"])).json()
+    steps = {k: v["requests"] for k, v in stats["steps"].items()}
+    assert steps["eu/score"] == 8 and "score" not in steps
+    assert {k: v["requests"] for k, v in stats["variants"].items()} == {"eu/embed/a": 8}
+    assert steps["embed"] == 5 and steps["eu/embed"] == 3  # two nested steps `embed`: not told apart
+    assert stats["cases"]["eu"]["requests"] == 8  # at the top: counted under its name as always

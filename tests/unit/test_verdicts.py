@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from sluice.domain.results import InferenceResult
 from sluice.inference.compare import compare
 from sluice.stats.histogram import PREFIX, bucket, percentile
-from sluice.stats.verdicts import comparison, mean_interval, traffic, wilson
+from sluice.stats.verdicts import MAXIMA, comparison, mean_interval, merged, traffic, wilson
 from tests.unit.test_aggregators import CLF, REG
 
 
@@ -125,3 +125,17 @@ def test_two_rows_far_apart_are_compared_and_the_request_counted() -> None:
     sums, maxes = compare(REG, primary, REG, mirror)
     assert (sums["compared"], sums["diff_n"], sums["diff_not_finite"], sums["diff_sumsq"]) == (1, 1, 1, 1e308)
     assert maxes["diff_max"] == 1e154
+
+
+_COUNTERS = st.dictionaries(st.sampled_from(["requests", "errors", "latency_ms_sum", "reward_n", *sorted(MAXIMA)]), st.integers(0, 10**6).map(float))
+
+
+@given(_COUNTERS, _COUNTERS)
+def test_merged_counters_add_sums_and_keep_maxima_as_the_registry_does(a: dict[str, float], b: dict[str, float]) -> None:
+    """One subject's counters stored in two parts (by an earlier release under another name)
+    read as one: what a single store of both would hold, in either order."""
+    out = merged(a, b)
+    assert out == merged(b, a) and set(out) == set(a) | set(b)
+    for name in out:
+        parts = [p[name] for p in (a, b) if name in p]
+        assert out[name] == (max(parts) if name in MAXIMA else sum(parts))

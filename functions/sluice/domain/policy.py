@@ -344,6 +344,20 @@ def walk_paths(node: Node, path: str = "") -> list[tuple[str, Node]]:
     return out
 
 
+def legacy_bandit_subject(node: Node, name: str) -> str | None:
+    """The path (`subject_at`) that a bare variant `name` in a bandit's rewards or assignment,
+    stored by releases that counted a nested split's variants by their own names, meant: the
+    variant `name` of the policy's one bandit split, when that split is nested. None when the
+    bandit is at the top (its variants keep their names), when the policy holds several bandits
+    (whose rewards those releases could not tell apart: they start afresh) or none, or when
+    the bandit has no variant `name`."""
+    bandits = [(path, n) for path, n in walk_paths(node) if isinstance(n, Split) and n.bandit is not None]
+    if len(bandits) != 1:
+        return None
+    path, split = bandits[0]
+    return subject_at(path, name) if path and any(v.name == name for v in split.variants) else None
+
+
 def referenced_versions(node: Node) -> list[Single]:
     """Every model version the policy names directly (not through references)."""
     return [n for n in walk(node) if n.kind == "single"]  # type: ignore[misc]

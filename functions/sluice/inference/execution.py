@@ -54,7 +54,7 @@ class Lookups(Protocol):
     async def node_of(self, tenant: str, deployment: str) -> Node: ...
     def cached_version(self, tenant: str, model: str, number: int) -> ModelVersion | None: ...
     async def version_of(self, tenant: str, model: str, number: int) -> ModelVersion: ...
-    async def rewards_of(self, tenant: str, deployment: str, revision: int) -> dict[str, tuple[int, float]]: ...
+    async def rewards_of(self, dep: Deployment) -> dict[str, tuple[int, float]]: ...
 
 
 @dataclass(slots=True)
@@ -204,7 +204,7 @@ class PolicyRunner:
         chosen = next((v for v in node.variants if v.name == call.variant), None)
         if chosen is None:
             if node.bandit is not None:
-                rewards = await self.lookups.rewards_of(dep.tenant, dep.name, dep.revision)
+                rewards = await self.lookups.rewards_of(dep)
                 if call.path:  # a nested split's rewards are its variants' paths'
                     rewards = {k.removeprefix(f"{call.path}/"): r for k, r in rewards.items() if k.startswith(f"{call.path}/")}
                 chosen = bandit_pick(node.variants, node.bandit, rewards)

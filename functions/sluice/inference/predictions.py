@@ -26,7 +26,7 @@ from sluice.domain.errors import (
     SluiceError,
     Unavailable,
 )
-from sluice.domain.policy import MAX_DEPTH, Single, first_branch, walk
+from sluice.domain.policy import MAX_DEPTH, Single, first_branch, legacy_bandit_subject, walk
 from sluice.domain.requests import UploadInputs
 from sluice.domain.results import Prediction, Resolved, rows_of
 from sluice.domain.signature import Signature
@@ -355,16 +355,22 @@ class PredictionService:
             found = self._versions.put(key, await asyncio.to_thread(self.registry.get_version, tenant, model, number))
         return found
 
-    async def rewards_of(self, tenant: str, deployment: str, revision: int) -> dict[str, tuple[int, float]]:
-        key = (tenant, deployment, revision)
+    async def rewards_of(self, dep: Deployment) -> dict[str, tuple[int, float]]:
+        """The rewards of `dep`'s revision, by variant path: (count, sum). Those that releases
+        which counted a nested split's variants by their own names stored for the policy's one
+        bandit (`legacy_bandit_subject`) count with its variants' paths."""
+        key = (dep.tenant, dep.name, dep.revision)
         found = self._rewards.get(key)
         if found is None:
-            stats = await asyncio.to_thread(self.registry.read_stats, tenant, deployment, revision)
-            found = {
-                subject.removeprefix("variant:"): (int(c.get("reward_n", 0)), float(c.get("reward_sum", 0.0)))
-                for subject, c in stats.items()
-                if subject.startswith("variant:")
-            }
+            stats = await asyncio.to_thread(self.registry.read_stats, dep.tenant, dep.name, dep.revision)
+            found = {}
+            node = self.parsed.of(dep)[1]
+            for subject, c in stats.items():
+                if subject.startswith("variant:"):
+                    name = subject.removeprefix("variant:")
+                    name = legacy_bandit_subject(node, name) or name
+                    n, total = found.get(name, (0, 0.0))
+                    found[name] = (n + int(c.get("reward_n", 0)), total + float(c.get("reward_sum", 0.0)))
             self._rewards.put(key, found)
         return found
 

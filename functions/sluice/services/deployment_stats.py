@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain.graphs import DEFAULT_CASE
-from sluice.domain.policy import Sequence, Switch, subject_at, walk_paths
-from sluice.stats.verdicts import comparison, fallback_rate, traffic
+from sluice.domain.policy import Sequence, Split, Switch, subject_at, walk_paths
+from sluice.stats.verdicts import comparison, fallback_rate, merged, traffic
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -27,7 +27,7 @@ def deployment_stats(name: str, revision: int, counters: Mapping[str, Mapping[st
     mirrors: dict[str, Any] = {}
     graph: dict[str, dict[str, Any]] = {"cases": {}, "steps": {}}  # a switch's cases, a sequence's steps
     sources: dict[str, Any] = {}
-    for subject, c in sorted(counters.items()):
+    for subject, c in sorted(_with_legacy(counters, policy).items()):
         kind, _, label = subject.partition(":")
         if kind == "variant":
             variants[label] = {**traffic(c), **_reward(c)}
@@ -56,6 +56,31 @@ def deployment_stats(name: str, revision: int, counters: Mapping[str, Mapping[st
         **{kind: found for kind, found in graph.items() if found},
         **({"sources": sources, **fallback_rate(sources)} if sources else {}),
     }
+
+
+def _with_legacy(counters: Mapping[str, Mapping[str, float]], policy: Node) -> dict[str, Mapping[str, float]]:
+    """`counters`, with those that releases which counted nested nodes by their own names
+    stored (`variant:a`, `case:low`, `step:score`) merged into the one nested node of that kind
+    and name the policy holds (`variant:eu/embed/a`); a name the top holds, or several nested
+    nodes do, stays as it was stored."""
+    nested: dict[str, list[str]] = {}
+    for subject in _nested_subjects(policy):
+        kind, _, path = subject.partition(":")
+        nested.setdefault(f"{kind}:{path.rpartition('/')[2]}", []).append(subject)
+    out: dict[str, Mapping[str, float]] = dict(counters)
+    for bare, found in nested.items():
+        if len(found) == 1 and found[0] != bare and bare in out:
+            out[found[0]] = merged(out.get(found[0], {}), out.pop(bare))
+    return out
+
+
+def _nested_subjects(node: Node) -> list[str]:
+    """Every variant, case and step of the policy by its path (`walk_paths`), as counted."""
+    out = _graph_subjects(node)
+    for path, n in walk_paths(node):
+        if isinstance(n, Split):
+            out += [f"variant:{subject_at(path, v.name)}" for v in n.variants]
+    return out
 
 
 def _graph_subjects(node: Node) -> list[str]:

@@ -32,6 +32,7 @@ from sluice.domain.policy import (
     Shadow,
     Single,
     Split,
+    legacy_bandit_subject,
     parse_policy,
     policy_dict,
     primary_single,
@@ -475,7 +476,8 @@ class DeploymentService:
         dep = self.registry.get_deployment(principal.tenant, name)
         rev = revision or dep.revision
         counters = self._read_stats(principal.tenant, name, rev)
-        return deployment_stats(name, rev, counters, parse_policy(dep.policy))
+        history = [] if rev == dep.revision else self.registry.deployment_history(principal.tenant, name)
+        return deployment_stats(name, rev, counters, parse_policy(_policy_at(dep, history, rev)))
 
     def feedback(self, principal: Principal, name: str, request_id: str, reward: float) -> tuple[str, ...]:
         """Credit `reward` (0..1) to each variant the request's bandit splits chose (one per
@@ -488,7 +490,8 @@ class DeploymentService:
         if not 0 <= reward <= 1:
             raise BadRequest("reward must be between 0 and 1", field="reward")
         assigned = self.registry.get_assignment(principal.tenant, name, request_id)
-        made = made_at_revision(self.registry.deployment_history(principal.tenant, name))
+        history = self.registry.deployment_history(principal.tenant, name)
+        made = made_at_revision(history)
         if assigned is None or (assigned[1] is not None and assigned[1] < made):  # None: kept before revisions were
             raise BadRequest(
                 f"no bandit assignment for request '{request_id}' on deployment '{name}'", field="request_id"
@@ -500,8 +503,18 @@ class DeploymentService:
         revision = answered_at if answered_at is not None else dep.revision
         if not self.registry.claim_reward(principal.tenant, name, request_id, made=made):
             raise Conflict(f"feedback for request '{request_id}' was already given", field="request_id")
+        if len(variants) == 1:  # one bare name: perhaps a nested bandit's, kept by a release before paths
+            variants = (legacy_bandit_subject(parse_policy(_policy_at(dep, history, revision)), variants[0]) or variants[0],)
         if self.recorder is not None:
             for variant in variants:
                 self.recorder.add((principal.tenant, name, revision, f"variant:{variant}"), {"reward_n": 1, "reward_sum": reward})
             self.recorder.flush()
         return variants
+
+
+def _policy_at(dep: Deployment, history: list[DeploymentChange], revision: int) -> dict[str, Any]:
+    """The policy `dep`'s name held at `revision`: its own at its revision, else the last one
+    its history wrote at or before it (its own where the history does not reach back)."""
+    if revision == dep.revision:
+        return dep.policy
+    return next((c.new_policy for c in reversed(history) if c.revision <= revision and c.new_policy is not None), dep.policy)

@@ -33,6 +33,23 @@ def mean_interval(total: float, total_sq: float, n: float, z: float = Z95) -> tu
     return (round(mean, 9), round(mean - half, 9), round(mean + half, 9))
 
 
+# Counters kept as maxima, not sums: when a deployment last had a request (the recorder's
+# `LAST_REQUEST`) and a mirror's largest difference from its primary.
+MAXIMA = frozenset({"last_request_ms", "diff_max"})
+
+
+def merged(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+    """Two sets of one subject's counters as one, as the registry merges them: sums added,
+    maxima (`MAXIMA`) kept."""
+    out = dict(a)
+    for name, value in b.items():
+        if name not in out:
+            out[name] = value
+        else:
+            out[name] = max(out[name], value) if name in MAXIMA else out[name] + value
+    return out
+
+
 def traffic(counters: Mapping[str, float]) -> dict[str, Any]:
     requests = counters.get("requests", 0)
     errors = counters.get("errors", 0)
