@@ -73,8 +73,6 @@ def error_content(exc: Exception, path: str = "") -> tuple[int, dict[str, Any], 
             headers = {"Location": exc.location}
         if isinstance(exc, UnsupportedEncoding):  # RFC 9110: the codings that are taken
             headers = {"Accept-Encoding": ACCEPTED}
-        if exc.status == 408:  # the rest of the body is never read, not even to drain it
-            headers = {"Connection": "close"}
         if isinstance(exc, StorageFault):  # the operator's to fix: said where they look
             get_logger().error("storage fault", extra={"path": path, "code": exc.code, "storage": exc.storage, "cause": repr(exc.__cause__)})
         body = exc.to_dict()
