@@ -283,3 +283,14 @@ def test_every_route_answers_options_with_a_405_naming_every_method_of_its_path(
         answer = client.options(path)
         assert answer.status_code == 405, (path, answer.text)
         assert {m.upper() for m in operations} <= set(answer.headers["allow"].split(", ")), (template, answer.headers["allow"])
+
+
+@pytest.mark.parametrize("path", ["/api/v1/deployments", "/api/v1/keys", "/api/v1/models", "/api/v1/batch-jobs", "/api/v1/uploads", "/api/v1/predictions", "/v2/models/iris/infer"])
+@pytest.mark.parametrize(("body", "where"), [(b"{", "line 1 column"), (b'{"name": "x",}', "line 1 column"), (b'{\n  "name": "x"\n  "scopes": []\n}', "line 3 column"), (b"", "")])
+def test_a_body_that_is_no_json_names_the_body_on_every_route(client: TestClient, keys: dict[str, str], path: str, body: bytes, where: str) -> None:
+    answer = client.post(path, content=body, headers={**auth(keys["acme"]), "Content-Type": "application/json"})
+    assert answer.status_code == 422, answer.text
+    error = answer.json()
+    assert error["field"] == "body" and error["code"] == "invalid_request", error
+    if body:
+        assert error["error"].startswith("body: Invalid JSON: ") and where in error["error"], error
