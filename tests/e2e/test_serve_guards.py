@@ -1,6 +1,7 @@
 """`sluice serve`'s guards against slow and oversized clients, over raw sockets to one real
 process: a header timeout (slowloris), a header size bound, a keep-alive timeout, the per-key
-rate limit, and the local admin key kept owner-only whatever the umask; and on the upload
+rate limit, a request refused before its body is read closed rather than drained (a trickled
+body holds no connection), and the local admin key kept owner-only whatever the umask; and on the upload
 form's route (`POST /api/v1/uploads/{id}/body`, no API key), a trickled body is answered 408 and
 closed at `SLUICE_UPLOAD_BODY_TIMEOUT_S`, and many at once do not stay open past it; nothing
 after the form's closing boundary is read; a client that leaves mid-body is one INFO line in
@@ -150,6 +151,57 @@ def test_a_key_past_its_rate_gets_429_until_its_window_passes(guarded: tuple[int
         assert http("GET", f"{base}/api/v1/models", headers={"x-api-key": other}).status_code == 200
         time.sleep(retry + 0.1)
         assert client.get("/api/v1/models").status_code == 200
+
+
+# A request refused before its body is read: (headers, the status), each on a body that trickles.
+REFUSED_UNREAD = {
+    "no key": ("Transfer-Encoding: chunked\r\n", 401),
+    "no key, a declared length": ("Content-Length: 1000000\r\n", 401),
+    "a declared length over the limit": ("Content-Length: 100000000\r\n", 413),
+    "a coding not taken": ("Content-Encoding: br\r\nTransfer-Encoding: chunked\r\n", 415),
+    "a key past its rate": ("Transfer-Encoding: chunked\r\n", 429),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED_UNREAD)
+def test_a_request_refused_before_its_body_is_read_is_closed_however_the_body_trickles(guarded: tuple[int, str, Path, Path], case: str) -> None:
+    port, key, _, _ = guarded
+    headers, status = REFUSED_UNREAD[case]
+    if status in (413, 415):
+        headers += f"Authorization: Bearer {key}\r\n"
+    if status == 429:  # a key of its own, past its 5 a second
+        made = http("POST", f"http://127.0.0.1:{port}/api/v1/keys", json={"scopes": ["admin"], "name": "trickler"}, headers={"Authorization": f"Bearer {key}"})
+        trickler = made.json()["key"]
+        with http_client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {trickler}"}) as client:
+            assert 429 in [client.get("/api/v1/models").status_code for _ in range(6)]
+        headers += f"Authorization: Bearer {trickler}\r\n"
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(f"POST /api/v1/predictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{headers}\r\n".encode())
+        started = time.monotonic()
+        while not select.select([sock], [], [], 0.2)[0] and time.monotonic() - started < 5:
+            sock.sendall(_chunk(b" ") if "chunked" in headers else b" ")  # a byte every 0.2 s, never the end
+        got, closed = _rest(sock)
+    assert got.startswith(b"HTTP/1.1 %d " % status), got[:200]
+    assert b"\r\nconnection: close\r\n" in got.partition(b"\r\n\r\n")[0].lower() + b"\r\n", got[:300]
+    assert closed, "the connection was kept open, for the rest of a body nobody reads"
+
+
+def test_a_refused_request_whose_body_came_whole_keeps_its_connection_and_clients_reconnect_after_one_closed(guarded: tuple[int, str, Path, Path]) -> None:
+    port, key, _, _ = guarded
+    body = json.dumps({"deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]]}).encode()
+    refused = f"POST /api/v1/predictions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        # pipelined: nothing of the first request is left to wait for, so the second is answered
+        sock.sendall(refused + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        _, got = _closed_after(sock, time.monotonic(), 5)
+    first, second = got.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"401 ") and b"connection: close" not in first.lower(), got
+    assert second.startswith(b"200 "), got
+    with http_client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        for _ in range(3):  # refused as its body is sent, on a connection then closed: the next opens another
+            answer = client.post("/api/v1/predictions", content=b" " * (4 << 20), headers={"Content-Type": "application/json"})
+            assert answer.status_code == 401 and answer.headers["connection"] == "close"
+            assert client.post("/api/v1/predictions", content=body, headers={"Authorization": f"Bearer {key}"}).status_code == 200
 
 
 def test_the_admin_key_is_owner_only_whatever_the_umask(guarded: tuple[int, str, Path, Path]) -> None:

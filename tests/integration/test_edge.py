@@ -216,7 +216,7 @@ def test_the_routes_behind_the_edge_get_its_principal(demo: Container, keys: dic
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    edge = Edge(behind, lambda: [], lambda: demo, authenticate, known_principal)
+    edge = Edge(behind, lambda: [], lambda: demo, authenticate, known_principal, wrong_method=lambda scope: None)
     scope = {"type": "http", "method": "GET", "path": "/api/v1/deployments", "headers": Headers(headers=auth(keys["acme"])).raw}
 
     async def receive() -> dict[str, Any]:
@@ -243,3 +243,54 @@ def test_the_routes_build_no_serializer_for_the_errors_they_document() -> None:
         for route in importlib.import_module(f"sluice.api.routers.{name}").router.routes:
             if isinstance(route, APIRoute):
                 assert [str(code) for code in route.response_fields if str(code)[0] in "45"] == [], route.path
+
+
+# A path's methods, as the API's reference gives them: any other is a 405 whose Allow names them all.
+TAKES = {
+    "/api/v1/deployments": {"GET", "POST"},
+    "/api/v1/deployments/iris": {"GET", "PUT", "DELETE"},
+    "/api/v1/keys": {"GET", "POST"},
+    "/api/v1/models/iris": {"GET", "DELETE"},
+    "/api/v1/models/iris/versions": {"GET", "POST"},
+    "/api/v1/predictions": {"POST"},
+    "/v2/models/iris/infer": {"POST"},
+    "/v2/models/iris/versions/1/infer": {"POST"},
+}
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+@pytest.mark.parametrize("path", TAKES)
+def test_a_method_a_path_does_not_take_is_a_405_naming_every_method_it_does(client: TestClient, keys: dict[str, str], path: str) -> None:
+    for method in [m for m in METHODS if m not in TAKES[path]]:
+        answer = client.request(method, path, headers=auth(keys["acme"]))
+        assert answer.status_code == 405, (method, answer.text)
+        assert set(answer.headers["allow"].split(", ")) == TAKES[path], (method, answer.headers["allow"])
+        if method != "HEAD":
+            assert answer.json()["code"] == "method_not_allowed"
+    options = client.options(path)  # no route takes OPTIONS: a 405 with no key too, on the hot routes as on the rest
+    assert options.status_code == 405 and set(options.headers["allow"].split(", ")) == TAKES[path], options.text
+
+
+def test_every_route_answers_options_with_a_405_naming_every_method_of_its_path(client: TestClient, demo: Container) -> None:
+    """For each path the API declares (the OpenAPI document: the framework's routes and the hot
+    routes), OPTIONS is a 405 whose Allow holds every method declared for that path."""
+    import re
+
+    declared = client.get("/openapi.json").json()["paths"]
+    assert "/api/v1/predictions" in declared and "/v2/models/{name}/infer" in declared
+    for template, operations in declared.items():
+        path = re.sub(r"\{[^}]+\}", "1", template)
+        answer = client.options(path)
+        assert answer.status_code == 405, (path, answer.text)
+        assert {m.upper() for m in operations} <= set(answer.headers["allow"].split(", ")), (template, answer.headers["allow"])
+
+
+@pytest.mark.parametrize("path", ["/api/v1/deployments", "/api/v1/keys", "/api/v1/models", "/api/v1/batch-jobs", "/api/v1/uploads", "/api/v1/predictions", "/v2/models/iris/infer"])
+@pytest.mark.parametrize(("body", "where"), [(b"{", "line 1 column"), (b'{"name": "x",}', "line 1 column"), (b'{\n  "name": "x"\n  "scopes": []\n}', "line 3 column"), (b"", "")])
+def test_a_body_that_is_no_json_names_the_body_on_every_route(client: TestClient, keys: dict[str, str], path: str, body: bytes, where: str) -> None:
+    answer = client.post(path, content=body, headers={**auth(keys["acme"]), "Content-Type": "application/json"})
+    assert answer.status_code == 422, answer.text
+    error = answer.json()
+    assert error["field"] == "body" and error["code"] == "invalid_request", error
+    if body:
+        assert error["error"].startswith("body: Invalid JSON: ") and where in error["error"], error

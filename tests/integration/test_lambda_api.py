@@ -288,3 +288,36 @@ def test_an_answer_larger_than_a_lambda_result_carries_is_a_413_naming_the_rows(
     assert gzipped["statusCode"] == 200 and gzipped["isBase64Encoded"]
     served = client.post(event["path"], content=event["body"], headers={**auth(keys["acme"]), "Content-Type": "application/json", "Accept-Encoding": "identity"})
     assert served.status_code == 200 and len(served.content) >= size - 32  # the latency's digits may differ
+
+
+def _request(method: str, path: str, body: bytes | None) -> dict[str, Any]:
+    """A REST API event for `method path` (acme's admin, through the authorizer)."""
+    event = load("api_rest_list_deployments.json")
+    event["httpMethod"] = event["requestContext"]["httpMethod"] = method
+    event["path"], event["pathParameters"] = path, {"proxy": path.lstrip("/")}
+    event["body"] = None if body is None else base64.b64encode(body).decode()
+    event["isBase64Encoded"] = body is not None
+    return event
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("OPTIONS", "/api/v1/predictions", None),
+        ("OPTIONS", "/v2/models/iris/versions/1/infer", None),
+        ("GET", "/v2/models/iris/infer", None),
+        ("PATCH", "/api/v1/deployments/iris", b"{}"),
+        ("PUT", "/api/v1/keys", b"{}"),
+        ("OPTIONS", "/api/v1/models/iris/versions", None),
+        ("POST", "/api/v1/deployments", b'{"name": "x",}'),
+        ("POST", "/api/v1/keys", b"{\n"),
+        ("POST", "/api/v1/predictions", b"{"),
+    ],
+)
+def test_a_wrong_method_or_a_body_that_is_no_json_is_answered_in_lambda_as_locally(handler: Any, client: Any, demo: Container, method: str, path: str, body: bytes | None) -> None:
+    _, key = demo.keys.create("acme", ["admin"])
+    local = client.request(method, path, content=body, headers={**auth(key), "Content-Type": "application/json"})
+    answered = handler(_request(method, path, body), LambdaContext())
+    assert answered["statusCode"] == local.status_code and local.status_code in (405, 422), (answered, local.text)
+    assert answered["headers"].get("allow") == local.headers.get("allow")
+    assert body_of(answered) == local.json()

@@ -238,7 +238,6 @@ def test_nothing_after_the_closing_boundary_is_read(app: Any, demo: Container, u
     body = form(upload["fields"], DATA)
     posted = post(app, upload["url"], [body, *_junk(64 << 20)])
     assert posted.status == 204 and posted.consumed == len(body)
-    assert posted.headers["connection"] == "close"  # the rest is not drained either
     assert (folder(demo, upload) / "body").read_bytes() == DATA
     # the closing boundary inside a chunk: the rest of that chunk is not taken into the body
     (folder(demo, upload) / "body").unlink()
@@ -272,7 +271,6 @@ def test_a_body_too_slow_is_a_408_and_nothing_is_kept(app: Any, demo: Container,
     body = form(upload["fields"], DATA)
     stalled = post(app, upload["url"], [body[:300]], length=len(body), end="stall")
     assert stalled.status == 408 and stalled.body["code"] == "request_timeout" and stalled.body["field"] == "body"
-    assert stalled.headers["connection"] == "close"
     assert kept(demo, upload) == []
     # trickled, a few bytes at a time: far below the rate, cut off at the deadline too
     trickled = post(app, upload["url"], [body[i : i + 16] for i in range(0, len(body), 16)], pause=0.05, end="stall")

@@ -19,6 +19,7 @@ from sluice.api.responses import JSONResponse, answered_by
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from fastapi import Request
     from starlette.responses import Response
     from starlette.types import Receive, Scope, Send
 
@@ -83,6 +84,26 @@ class SluiceApp(FastAPI):
                     raise TypeError(f"sluice.api.routers.{name}: a router answers with sluice's JSONResponse and has no router-wide dependencies")
                 self.router.routes.extend(router.routes)
             self._routed = True
+
+    def allowed(self, scope: Scope) -> str:
+        """The request's path's methods, as a 405's `Allow` names them: those of every route whose
+        path matches, the hot routes' too (Starlette's router names the first route it matched)."""
+        from starlette.routing import Match
+
+        self._route()
+        path = scope["path"]
+        methods = {route.method for route in _hot_routes() if route.match(route.method, path) is not None}
+        for route in self.router.routes:
+            if route.matches(scope)[0] is not Match.NONE:
+                methods.update(getattr(route, "methods", None) or ())
+        return ", ".join(sorted(methods))
+
+    def wrong_method(self, scope: Scope) -> Response:
+        """The 405 for a method the request's path does not take, whoever found it (the edge, on
+        a hot route's path; the framework's router, on any other)."""
+        from starlette.exceptions import HTTPException
+
+        return errors.error_response(HTTPException(405, headers={"Allow": self.allowed(scope)}), scope["path"])
 
     def prepare(self) -> None:
         """Builds now what the first requests would: the hot routes and the routers (with
@@ -167,6 +188,11 @@ def create_app(container: Container | None = None, *, max_request_bytes: int | N
     app.state.container = container
     errors.install(app)
 
+    async def wrong_method(request: Request, exc: Exception) -> Response:
+        return app.wrong_method(request.scope)
+
+    app.add_exception_handler(405, wrong_method)
+
     known: list[int] = []
 
     def limit() -> int:
@@ -176,5 +202,5 @@ def create_app(container: Container | None = None, *, max_request_bytes: int | N
 
     # The framework's responses gzipped by Starlette's middleware for a client that accepts it
     # (streamed ones chunk by chunk); the hot routes' by the edge (`sluice.api.encoding`).
-    app.edge = BodyLimit(Edge(gzipping(app.framework), _hot_routes, lambda: container_of(app), authenticate, known_principal), limit)
+    app.edge = BodyLimit(Edge(gzipping(app.framework), _hot_routes, lambda: container_of(app), authenticate, known_principal, wrong_method=app.wrong_method), limit)
     return app

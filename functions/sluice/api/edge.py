@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import Headers
-from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
 from sluice.api.bodies import BodyTooLarge, read_body, too_large, upload_body
@@ -109,8 +108,11 @@ class Edge:
         container: Callable[[], Container],
         authenticate: Callable[[Scope, Headers, Container], Awaitable[Principal]],
         known: Callable[[Scope, Headers, Container], Principal | None] | None = None,
+        *,
+        wrong_method: Callable[[Scope], Response],
     ) -> None:
         self.app = app
+        self.wrong_method = wrong_method  # the 405, its `Allow` the path's every method (`SluiceApp.wrong_method`)
         self.routes = routes
         self.container = container
         self.authenticate = authenticate
@@ -120,8 +122,11 @@ class Edge:
         self._rate_limit_read = False  # the settings are the container's: read on the first request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC or scope["method"] == "OPTIONS" or upload_body(scope["path"]):
+        if scope["type"] != "http" or scope["path"] in PUBLIC or upload_body(scope["path"]):
             await self.app(scope, receive, send)
+            return
+        if scope["method"] == "OPTIONS":  # no route takes it (no CORS: the console is on the API's origin): a 405 with no principal, on every route
+            await (self.app if self._hot(scope) is None else self.wrong_method(scope))(scope, receive, send)
             return
         headers = Headers(scope=scope)
         container, principal, refusal = await self._admit(scope, headers)
@@ -130,7 +135,7 @@ class Edge:
             return
         found = self._hot(scope)
         if found is not None and scope["method"] != found[0].method:  # GET .../infer: as every route answers
-            await error_response(HTTPException(405, headers={"Allow": found[0].method}))(scope, receive, send)
+            await self.wrong_method(scope)(scope, receive, send)
             return
         admission, prediction = container.admission, found is not None
         refused = self._enter(container, principal, found, scope)  # before a byte of the body is read

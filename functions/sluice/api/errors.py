@@ -41,15 +41,28 @@ def _field(loc: tuple[object, ...] | list[object]) -> str:
     return ".".join(parts) or "body"
 
 
-def _located(error: Any) -> Any:
+def _located(error: Any, doc: object = None) -> Any:
     # An unknown policy kind is the `kind` field's fault, not the whole node's.
     if error.get("type") == "policy_kind" and isinstance(error.get("input"), dict):
         return {**error, "loc": (*error.get("loc", ()), "kind")}
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") == "json_invalid" and len(loc) == 2 and loc[0] == "body" and isinstance(loc[1], int):
+        # FastAPI's body that is no JSON, located at its offset: the body's fault, said where
+        return {**error, "loc": ("body",), "msg": _invalid_json((error.get("ctx") or {}).get("error", ""), doc, loc[1])}
     return error
 
 
-def _validation(errors: Sequence[Any]) -> tuple[int, dict[str, Any]]:
-    errors = [_located(e) for e in errors]
+def _invalid_json(what: str, doc: object, offset: int) -> str:
+    """A body that is no JSON, said as the hot routes' parser says it: `Invalid JSON: <what> at
+    line L column C` of the body it read (`doc`)."""
+    if not isinstance(doc, str):
+        return f"Invalid JSON: {what} at character {offset}"
+    line, column = doc.count("\n", 0, offset) + 1, offset - doc.rfind("\n", 0, offset)
+    return f"Invalid JSON: {what} at line {line} column {column}"
+
+
+def _validation(errors: Sequence[Any], doc: object = None) -> tuple[int, dict[str, Any]]:
+    errors = [_located(e, doc) for e in errors]
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
     problems = [{"field": _field(e.get("loc", ())), "message": e.get("msg", "")} for e in errors[:20]]
     return 422, {
@@ -73,8 +86,6 @@ def error_content(exc: Exception, path: str = "") -> tuple[int, dict[str, Any], 
             headers = {"Location": exc.location}
         if isinstance(exc, UnsupportedEncoding):  # RFC 9110: the codings that are taken
             headers = {"Accept-Encoding": ACCEPTED}
-        if exc.status == 408:  # the rest of the body is never read, not even to drain it
-            headers = {"Connection": "close"}
         if isinstance(exc, StorageFault):  # the operator's to fix: said where they look
             get_logger().error("storage fault", extra={"path": path, "code": exc.code, "storage": exc.storage, "cause": repr(exc.__cause__)})
         body = exc.to_dict()
@@ -82,7 +93,7 @@ def error_content(exc: Exception, path: str = "") -> tuple[int, dict[str, Any], 
             body["error"] = exc.protocol_message
         return exc.status, body, headers
     if isinstance(exc, RequestValidationError):
-        return (*_validation(exc.errors()), None)
+        return (*_validation(exc.errors(), exc.body), None)
     if isinstance(exc, ValidationError):  # a body parsed by the edge: located under `body`
         return (*_validation([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]), None)
     if isinstance(exc, HTTPException):

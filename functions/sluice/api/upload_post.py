@@ -13,7 +13,8 @@ the form may post it, without an API key.
 
 The body is put in place at the closing boundary only, whole; any other ending (an error, a
 timeout, a client gone) removes what was written of it. An answer given before the request's
-body was read to its end closes the connection: the rest is never read, not even to drain it.
+body has all arrived closes the connection (`sluice.cli.protocol`): the rest is never read,
+not even to drain it.
 """
 
 from __future__ import annotations
@@ -72,7 +73,6 @@ class UploadPost:
         self.limit = FORM_OVERHEAD  # raised by the size the policy allows, once it is checked
         self.read = 0
         self.complete = False  # the closing boundary is read and the body is in place
-        self.ended = False  # the request's body was read to its end (`read_form` says)
         self._stage = "preamble"  # then "headers", "data", "between" (a part ended)
         self._name = ""
         self._header, self._value = bytearray(), bytearray()
@@ -198,10 +198,9 @@ class UploadPost:
 
 
 async def read_form(post: UploadPost, receive: Receive, *, timeout_s: float, min_rate: int) -> None:
-    """Feeds `post` the request's body as it arrives, until its form is complete, and notes
-    whether the body was read to its end (`post.ended`: the connection may serve another
-    request). Raises `RequestTimeout` when the body is too slow, `ClientGone` when the client
-    left, and the form's own errors."""
+    """Feeds `post` the request's body as it arrives, until its form is complete. Raises
+    `RequestTimeout` when the body is too slow, `ClientGone` when the client left, and the
+    form's own errors."""
     loop = asyncio.get_running_loop()
     started, received = loop.time(), 0
     while True:
@@ -218,7 +217,6 @@ async def read_form(post: UploadPost, receive: Receive, *, timeout_s: float, min
             raise ClientGone(received)
         body, more = message.get("body", b""), message.get("more_body", False)
         received += len(body)
-        post.ended = not more
         if body:
             await run_in_threadpool(post.feed, body)
         if post.complete:

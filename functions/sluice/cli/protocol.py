@@ -1,10 +1,16 @@
-"""uvicorn's httptools protocol with the two guards it lacks, for `sluice serve`:
+"""uvicorn's httptools protocol with the three guards it lacks, for `sluice serve`:
 
 - a header timeout: a client has `SLUICE_HEADER_TIMEOUT_S` to send a request's line and
   headers, counted from the connection's opening or the request's first byte (not reset by
   each byte, so dribbling them — slowloris — does not keep a connection); then 408 and close;
 - a header size bound: past `SLUICE_MAX_HEADER_BYTES` of request line and headers, 431 and
-  close (httptools has no limit of its own).
+  close (httptools has no limit of its own);
+- a body nobody waits for: an answer that starts before its request's body has all arrived
+  (a refusal before the body is read, 401, 413, 415, 429, 503; a 408; an upload's form
+  answered at its closing boundary) says `Connection: close`, and the connection closes once
+  it is sent. uvicorn would otherwise read the rest of that body to keep the connection, for
+  as long as the client takes to send it, with no timeout; a body already all there is
+  dropped at no cost, and the connection kept.
 
 uvicorn builds one instance per connection, in each worker process; the settings are read
 from the environment there.
@@ -14,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from sluice.settings import get_settings
 
@@ -49,7 +55,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        cycle = self.cycle
         super().on_headers_complete()
+        if self.cycle is not cycle:  # a request, not an upgrade: uvicorn's cycle, made one that may close
+            self.cycle.__class__ = ClosingCycle  # no state of its own; the request's task has not run yet
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -102,3 +111,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 b"connection: close\r\n\r\n%s" % (status, phrase, len(reason), reason)
             )
         self.transport.close()
+
+
+class ClosingCycle(RequestResponseCycle):
+    """uvicorn's request cycle, except that an answer that starts before the request's body
+    has all arrived (`more_body`: the parser has not reached the body's end) says
+    `Connection: close`, and the connection closes once it is sent."""
+
+    async def send(self, message: Any) -> None:
+        if self.more_body and not self.response_started and message["type"] == "http.response.start":
+            self.keep_alive = False  # uvicorn then writes `connection: close` and closes after the answer
+        await super().send(message)

@@ -51,7 +51,7 @@ async def create_upload(body: UploadRequest, principal: PrincipalDep, uploads: U
 )
 async def receive_upload(upload_id: str, request: Request, settings: SettingsDep, uploads: UploadsDep) -> Response:
     """Read as it streams, bounded in bytes and time (`sluice.api.upload_post`); every answer
-    is given here, so that one given before the body's end can close the connection."""
+    is given here."""
     from sluice.api.upload_post import ClientGone, UploadPost, read_form
     from sluice.storage.uploads import FolderUploads
 
@@ -73,6 +73,4 @@ async def receive_upload(upload_id: str, request: Request, settings: SettingsDep
     finally:
         if post is not None:
             post.close()
-    if post is None or not post.ended:
-        response.headers["connection"] = "close"  # the rest is never read, not even to drain it
-    return response
+    return response  # one given before the body's end closes the connection (`sluice.cli.protocol`)
