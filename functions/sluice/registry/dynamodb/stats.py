@@ -9,6 +9,7 @@ otherwise pile up forever.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from sluice.domain import now
@@ -32,9 +33,14 @@ ASSIGNMENT_TTL_S = 30 * 24 * 3600
 _STAT = "stat:"
 
 
-def _stat(value: float) -> float:
-    # DynamoDB adds numbers exactly, to 38 digits; a float's full repr could run past that.
-    return round(float(value), 9)
+def _stat(value: float) -> Decimal:
+    """`value` as a statistic is added: to 9 decimals (DynamoDB adds numbers exactly, to 38
+    digits; a float's full repr could run past that), spelled with a point (`6.0E-8`, not
+    `6E-8`: the same number, which an emulator's ADD that reads a number with no point as an
+    integer also adds)."""
+    number = Decimal(repr(round(float(value), 9)))
+    text = str(number)
+    return number if "." in text or "E" not in text else Decimal(f"{number:.1E}")
 
 
 class DynamoStats(Part):
