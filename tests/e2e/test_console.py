@@ -281,7 +281,7 @@ def test_a_graphs_steps_and_cases_are_drawn_with_their_figures(admin_tab: Tab, s
     for region in ("eu", "us", "us"):
         service.call("POST", "/api/v1/predictions", json={"deployment": "iris-graph", "inputs": [[5.9, 3.0, 5.1, 1.8]]}, headers={"x-region": region})
     deadline = time.monotonic() + 60  # counters from every worker, merged
-    while service.call("GET", "/api/v1/deployments/iris-graph/stats").get("steps", {}).get("forest", {}).get("requests") != 2:
+    while service.call("GET", "/api/v1/deployments/iris-graph/stats").get("steps", {}).get("default/forest", {}).get("requests") != 2:  # a step under its path
         assert time.monotonic() < deadline
         time.sleep(0.5)
     tab.go("/deployments/iris-graph", "#policy svg text.node-stat")
