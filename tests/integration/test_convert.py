@@ -275,6 +275,31 @@ def test_outputs_of_other_shapes_refuse_naming_the_file(tmp_path: Path, iris: tu
     assert refused.value.field == "file"
 
 
+def test_a_nan_on_one_side_only_is_a_disagreement_and_on_both_sides_agrees(diabetes: tuple[np.ndarray, np.ndarray]) -> None:
+    """A NaN compared as a number passed every tolerance: a conversion answering NaN where the
+    original answers a number (or the reverse) was pushed, "largest difference 0". NaN (or the
+    same infinity) on both sides still agrees."""
+    import dataclasses
+
+    from sklearn.linear_model import LinearRegression
+
+    from sluice.convert.check import ConversionDisagrees, compare
+    from sluice.convert.frameworks import estimator, to_onnx
+
+    x, y = diabetes
+    rows = x.astype(np.float32)
+    model = LinearRegression().fit(rows, y)
+    loaded = estimator(model, "m")
+    onnx = to_onnx(loaded, rows.shape[1], rows)
+    by_hand = dataclasses.replace(loaded, predict=lambda r: {"values": (r.astype(np.float64) @ model.coef_ + model.intercept_).reshape(-1, 1)})
+    holed = rows.copy()
+    holed[3, 0] = np.nan  # both sides answer NaN for row 3
+    assert compare(by_hand, onnx, holed, 1e-3)[0] is not None
+    one_sided = dataclasses.replace(loaded, predict=lambda r: {"values": np.where(np.arange(len(r))[:, None] == 5, np.nan, by_hand.predict(r)["values"])})
+    with pytest.raises(ConversionDisagrees, match="disagrees with the original on values"):
+        compare(one_sided, onnx, rows, 1e-3)
+
+
 @settings(max_examples=8, deadline=None)
 @given(st.sampled_from([["cat", "dog"], ["b", "a", "c"], [3, 7], [-1, 10, 2], [0, 1]]))
 def test_a_lightgbm_classifiers_labels_are_its_classes(classes: list[object]) -> None:

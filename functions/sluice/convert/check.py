@@ -141,8 +141,10 @@ def compare(loaded: Loaded, onnx: bytes, rows: np.ndarray, tolerance: float) -> 
         if key == "label":
             continue
         a, b = np.asarray(expected[key], np.float64), np.asarray(got[key], np.float64).reshape(expected[key].shape)
-        diff = np.abs(a - b)
-        scaled = diff / np.maximum(1.0, np.abs(a))
+        same = (a == b) | (np.isnan(a) & np.isnan(b))  # an infinity or a NaN on both sides agrees; on one side only,
+        with np.errstate(invalid="ignore"):  # it is as far apart as can be (a NaN compared as a number passed)
+            diff = np.where(same, 0.0, np.nan_to_num(np.abs(a - b), nan=np.inf, posinf=np.inf))
+            scaled = np.where(same, 0.0, np.nan_to_num(diff / np.maximum(1.0, np.abs(a)), nan=np.inf, posinf=np.inf))
         worst = max(worst or 0.0, float(diff.max(initial=0)))
         if scaled.max(initial=0) > tolerance:
             row = int(np.unravel_index(scaled.argmax(), scaled.shape)[0])
