@@ -126,7 +126,8 @@ def test_a_new_category_among_more_than_the_sketch_tracks_is_still_unseen(k: int
     window = cats[rng.integers(0, k, 20 * k)]
     window[rng.random(window.size) < share] = "new-zip"
     column = check(profile_of({"zip": cats[rng.integers(0, k, 50 * k)]}), profile_of({"zip": window}), LIMITS)["columns"]["zip"]
-    assert column["unseen"] == pytest.approx(share, abs=0.02) and column["verdict"] == "unseen_categories", column
+    drawn = float(np.mean(window == "new-zip"))  # the share drawn, not the one asked for (3,860 rows at k=193: 2.7 sigma apart once)
+    assert column["unseen"] == pytest.approx(drawn, abs=0.02) and column["verdict"] == "unseen_categories", column
 
 
 @settings(max_examples=25, deadline=None)
