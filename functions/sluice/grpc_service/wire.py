@@ -19,6 +19,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from sluice.codecs.binary import to_bytes
+from sluice.codecs.protobuf_fields import LENGTH_DELIMITED, fields
 from sluice.domain.errors import BadRequest
 
 RAW_INPUT_CONTENTS = 7  # ModelInferRequest
@@ -63,19 +64,6 @@ class InferRequest:
         return getattr(self.message, name)
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
 def read_infer_request(data: bytes) -> InferRequest:
     """The request's deserializer (unary and stream): raw contents left in place."""
     from google.protobuf.message import DecodeError
@@ -97,31 +85,11 @@ def _split(data: bytes) -> tuple[bytes, list[memoryview]]:
     view = memoryview(data)
     raws: list[memoryview] = []
     kept: list[memoryview] = []
-    at, end = 0, len(data)
-    while at < end:
-        start = at
-        key, at = _varint(data, at)
-        kind = key & 7
-        if kind == 0:
-            _, at = _varint(data, at)
-        elif kind == 1:
-            at += 8
-        elif kind == 5:
-            at += 4
-        elif kind == 2:
-            size, at = _varint(data, at)
-            if key >> 3 == RAW_INPUT_CONTENTS:
-                if at + size > end:
-                    raise ValueError("truncated")
-                raws.append(view[at : at + size])
-                at += size
-                continue
-            at += size
+    for number, wire, start, value, end in fields(data):
+        if number == RAW_INPUT_CONTENTS and wire == LENGTH_DELIMITED:
+            raws.append(view[value:end])
         else:
-            raise ValueError("a group, or no field at all")
-        if at > end:
-            raise ValueError("truncated")
-        kept.append(view[start:at])
+            kept.append(view[start:end])
     if not raws:
         return data, raws
     return b"".join(kept), raws

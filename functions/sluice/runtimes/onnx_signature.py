@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluice.codecs.datatypes import ONNX_TO_V2
+from sluice.codecs.protobuf_fields import LENGTH_DELIMITED, fields
 from sluice.domain.errors import Unprocessable
 from sluice.domain.signature import DYNAMIC, OutputRole, Signature, TensorSpec, role_by_name
 
@@ -107,35 +108,6 @@ def unranked_inputs(data: bytes) -> set[str]:
 def _messages(data: bytes, start: int, end: int, number: int) -> Iterator[tuple[int, int]]:
     """The spans of field `number`'s length-delimited values in the message at data[start:end];
     the other fields are skipped by their lengths, never read."""
-    at = start
-    while at < end:
-        key, at = _varint(data, at)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            _, at = _varint(data, at)
-        elif wire == 1:
-            at += 8
-        elif wire == 5:
-            at += 4
-        elif wire == 2:
-            length, at = _varint(data, at)
-            if at + length > end:
-                raise ValueError("a length past its message")
-            if field == number:
-                yield at, at + length
-            at += length
-        else:
-            raise ValueError(f"wire type {wire}")
-
-
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-        if shift > 63:
-            raise ValueError("a varint past 64 bits")
+    for field, wire, _, value, at in fields(data, start, end):
+        if field == number and wire == LENGTH_DELIMITED:
+            yield value, at
