@@ -16,7 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
-from sluice.domain.policy import subject_at
+from sluice.domain.policy_paths import subject_at
 from sluice.domain.results import Answer
 from sluice.inference.graphs import run_switch
 from sluice.inference.outcomes import refused_input
@@ -83,7 +83,7 @@ class Call:
     sessions: list[int] | None = None
     # Where in the deployment's policy the walk is: the variants chosen, the ensemble members,
     # switch cases and sequence steps entered on the way and the references followed (`@name`),
-    # joined by "/" (`sluice.domain.policy.subject_at`, `walk_paths`). Variants, mirrors, cases
+    # joined by "/" (`sluice.domain.policy_paths.subject_at`, `walk_paths`). Variants, mirrors, cases
     # and steps are counted by it (`subject`), and a bandit's choice named by it, so one nested
     # in another or reached through a reference (whose deployment changes on its own) is never
     # counted as a variant of the same name at the top, nor with another branch's: a rollout's

@@ -26,7 +26,8 @@ from sluice.domain.errors import (
     SluiceError,
     Unavailable,
 )
-from sluice.domain.policy import MAX_DEPTH, Single, first_branch, legacy_bandit_subject, walk
+from sluice.domain.policy import MAX_DEPTH, Single, first_branch, walk
+from sluice.domain.policy_paths import legacy_bandit_subject
 from sluice.domain.requests import UploadInputs
 from sluice.domain.results import Prediction, Resolved, rows_of
 from sluice.domain.signature import Signature

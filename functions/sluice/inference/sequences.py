@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.caching import keep
 from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
-from sluice.domain.policy import subject_at
+from sluice.domain.policy_paths import subject_at
 from sluice.domain.results import Answer, InferenceResult
 from sluice.domain.signature import Signature
 from sluice.domain.transform_specs import derive

@@ -104,7 +104,7 @@ def not_finite(field: str | None = None) -> BadRequest:
 
 
 # A bandit assignment's `variant`: the path of each variant the request's bandits chose
-# (`sluice.domain.policy.subject_at`), one apart from the next by a space, which no name or
+# (`sluice.domain.policy_paths.subject_at`), one apart from the next by a space, which no name or
 # path holds. A request through one bandit split, as every request was before splits nested
 # in ensembles, cases and steps were told apart, holds one: stored as it always was.
 def assigned_variants(variants: Sequence[str]) -> str:

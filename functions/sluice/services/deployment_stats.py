@@ -3,7 +3,7 @@ deployment, each split's variants (with their rewards), each shadow's mirrors (w
 compare), each switch's cases (with the rows they took) and each sequence's steps (a cached
 lookup's with its cache hits and misses, in rows), in the policy's order; a precomputed node's rows by source, and the share answered live.
 
-Each is named by its path in the policy (`sluice.domain.policy.subject_at`): a node of the
+Each is named by its path in the policy (`sluice.domain.policy_paths.subject_at`): a node of the
 top by its own name (`a`), one nested in another with the branches above it (`m1/a`: variant
 `a` of the split in ensemble member `m1`)."""
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain.graphs import DEFAULT_CASE
-from sluice.domain.policy import Sequence, Split, Switch, subject_at, walk_paths
+from sluice.domain.policy import Sequence, Split, Switch
+from sluice.domain.policy_paths import subject_at, walk_paths
 from sluice.stats.verdicts import comparison, fallback_rate, merged, traffic
 
 if TYPE_CHECKING:

@@ -32,7 +32,6 @@ from sluice.domain.policy import (
     Shadow,
     Single,
     Split,
-    legacy_bandit_subject,
     parse_policy,
     policy_dict,
     primary_single,
@@ -41,6 +40,7 @@ from sluice.domain.policy import (
     uncacheable,
     walk,
 )
+from sluice.domain.policy_paths import legacy_bandit_subject
 from sluice.domain.rollouts import paused_by_change
 from sluice.domain.signature import Signature
 from sluice.domain.transforms import Transform
@@ -482,7 +482,7 @@ class DeploymentService:
     def feedback(self, principal: Principal, name: str, request_id: str, reward: float) -> tuple[str, ...]:
         """Credit `reward` (0..1) to each variant the request's bandit splits chose (one per
         bandit it passed: a split at the top, or one in each ensemble member, case or step
-        that held one), in the statistics of the revision that answered it; returns their paths (`sluice.domain.policy.subject_at`). A request
+        that held one), in the statistics of the revision that answered it; returns their paths (`sluice.domain.policy_paths.subject_at`). A request
         answered by an earlier deployment of the name (deleted before this one was made) is not
         this one's, nor is feedback given for it."""
         principal.require("predict")
