@@ -43,7 +43,25 @@ RETRY_AFTER_S = 1  # nothing says when a request ends: a second is a polite gues
 CONTENDED_S = 2.0  # a tenant refused for lack of room keeps the others to their shares this long
 
 
-class InFlight:
+class _Held:
+    """`held(key)`: `enter(key)`, then `leave(key)` however the block ends."""
+
+    def enter(self, key: str) -> None:
+        raise NotImplementedError
+
+    def leave(self, key: str) -> None:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def held(self, key: str) -> Iterator[None]:
+        self.enter(key)
+        try:
+            yield
+        finally:
+            self.leave(key)
+
+
+class InFlight(_Held):
     """Requests in flight per key id, at most `limit` each."""
 
     def __init__(self, limit: int) -> None:
@@ -68,20 +86,11 @@ class InFlight:
         """One request of `key` is over (answered, failed or abandoned)."""
         count_down(self._held, key)
 
-    @contextlib.contextmanager
-    def held(self, key: str) -> Iterator[None]:
-        """`enter`, then `leave` however the block ends."""
-        self.enter(key)
-        try:
-            yield
-        finally:
-            self.leave(key)
-
     def count(self, key: str) -> int:
         return self._held.get(key, 0)
 
 
-class Capacity:
+class Capacity(_Held):
     """Predictions in flight in this process, at most `limit`; a tenant at most `share` of
     them while another tenant wants some (see the module's text)."""
 
@@ -130,15 +139,6 @@ class Capacity:
 
     def count(self, tenant: str | None = None) -> int:
         return self.total if tenant is None else self._held.get(tenant, 0)
-
-    @contextlib.contextmanager
-    def held(self, tenant: str) -> Iterator[None]:
-        """`enter`, then `leave` however the block ends."""
-        self.enter(tenant)
-        try:
-            yield
-        finally:
-            self.leave(tenant)
 
     def _contended(self, tenant: str) -> bool:
         """Whether another tenant wants room: it has predictions in flight here, or it was

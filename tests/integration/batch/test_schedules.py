@@ -23,6 +23,8 @@ from tests.integration.conftest import auth
 from tests.support import Clock, cli_environment
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sluice.domain import Principal
     from sluice.domain.jobs import BatchJob
     from sluice.wiring import Container
@@ -695,19 +697,31 @@ def test_another_tenant_sees_none_of_a_tenants_schedules_or_their_runs(
     assert batch.registry.get_schedule("acme", "nightly").state == "ENABLED"
 
 
-def test_the_cli_manages_schedules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def _as_acme(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str]]:
+    """`sluice ARGS` as tenant acme, in this process: (exit code, what it printed)."""
     from sluice import cli
-    from sluice.wiring import get_container
-    from tests.conftest import MODELS
 
     def sluice(*args: str) -> tuple[int, str]:
         code = cli.main(["--tenant", "acme", *args])
         out, err = capsys.readouterr()
         return code, out + err
 
+    return sluice
+
+
+def _iris_deployed(sluice: Callable[..., tuple[int, str]]) -> None:
+    from tests.conftest import MODELS
+
+    assert sluice("models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert sluice("deployments", "create", "iris", "--model", "iris")[0] == 0
+
+
+def test_the_cli_manages_schedules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from sluice.wiring import get_container
+
+    sluice = _as_acme(capsys)
     with cli_environment(monkeypatch, tmp_path / "home"):
-        assert sluice("models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
-        assert sluice("deployments", "create", "iris", "--model", "iris")[0] == 0
+        _iris_deployed(sluice)
         template = str(tmp_path / "lake" / "dt={date}" / "x.csv")
         code, out = sluice("batch", "schedule", "create", "nightly", "--deployment", "iris", "--input", template,
                            "--cron", "0 2 * * *", "--timezone", "Europe/Paris", "--overlap", "queue")  # fmt: skip
@@ -749,18 +763,11 @@ def test_the_cli_refuses_a_rate_past_the_bound_and_shows_one_stored_before_it(
     listed and shown, saying it never runs, where show died with an OverflowError."""
     from dataclasses import replace
 
-    from sluice import cli
     from sluice.wiring import get_container
-    from tests.conftest import MODELS
 
-    def sluice(*args: str) -> tuple[int, str]:
-        code = cli.main(["--tenant", "acme", *args])
-        out, err = capsys.readouterr()
-        return code, out + err
-
+    sluice = _as_acme(capsys)
     with cli_environment(monkeypatch, tmp_path / "home"):
-        assert sluice("models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
-        assert sluice("deployments", "create", "iris", "--model", "iris")[0] == 0
+        _iris_deployed(sluice)
         template = str(tmp_path / "lake" / "dt={date}" / "x.csv")
         code, out = sluice("batch", "schedule", "create", "huge", "--deployment", "iris", "--input", template, "--rate", "9" * 30 + " days")
         assert code == 2 and "expression" in out and "at most 10950 days" in out and "Traceback" not in out
