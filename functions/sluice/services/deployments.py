@@ -14,88 +14,38 @@ import contextlib
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain import CacheSettings, Deployment, check_batching, check_cache, check_name, now
-from sluice.domain.capture import check_capture, check_redacted
-from sluice.domain.errors import (
-    BadRequest,
-    Conflict,
-    NotFound,
-    Unprocessable,
-)
-from sluice.domain.functions import Function
-from sluice.domain.lookups import Lookup
-from sluice.domain.objects import check_description, check_policy_size, made_at_revision
+from sluice.domain import Deployment, check_batching, check_cache, check_name, now
+from sluice.domain.capture import check_capture
+from sluice.domain.errors import BadRequest, Conflict, NotFound
+from sluice.domain.objects import check_description, made_at_revision
 from sluice.domain.policy import (
-    Ensemble,
     Mirror,
-    Ref,
     Shadow,
-    Single,
-    Split,
     parse_policy,
     policy_dict,
-    primary_single,
     referenced_deployments,
     single_policy,
-    uncacheable,
-    walk,
 )
 from sluice.domain.policy_paths import legacy_bandit_subject
 from sluice.domain.rollouts import paused_by_change
-from sluice.domain.signature import Signature
-from sluice.domain.transforms import Transform
-from sluice.registry.guards import MAX_REFS_READ, decided_again
+from sluice.registry.guards import decided_again
 from sluice.registry.refusals import not_at_revision
-from sluice.routing.aggregators import check_fits
 from sluice.services.deployment_stats import deployment_stats
-from sluice.services.graph_checks import GraphChecks, fields_of, leading_transform
 from sluice.services.models import require_found
-from sluice.services.precomputed_checks import check_tables
-from sluice.services.written_bounds import check_written
+from sluice.services.policy_checks import PolicyChecks
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sluice.domain import DeploymentChange, Principal
-    from sluice.domain.capture import CaptureSettings
     from sluice.domain.policy import Node
-    from sluice.domain.signature import TensorSpec
     from sluice.registry import Registry
     from sluice.registry.precomputed import PrecomputedStore
     from sluice.runtimes.functions import FunctionSteps
     from sluice.runtimes.lookups import LookupSteps
     from sluice.stats.recorder import StatsRecorder
 
-MAX_GRAPH_DEPTH = 8
 KEEP: Any = object()  # `update(cache=KEEP)`: the deployment's cache setting stays as it is
-
-
-class _Reads:
-    """The deployments a policy's checks read, each read once (every check sees the same
-    one), for the write to rest on."""
-
-    def __init__(self, registry: Registry, tenant: str) -> None:
-        self.registry = registry
-        self.tenant = tenant
-        self.found: dict[str, Deployment] = {}
-
-    def __call__(self, name: str) -> Deployment:
-        if name not in self.found:
-            if len(self.found) >= MAX_REFS_READ:
-                raise Unprocessable(f"policy reaches more than {MAX_REFS_READ} deployments", field="policy")
-            self.found[name] = require_found(self.registry.get_deployment, self.tenant, name, field="policy")
-        return self.found[name]
-
-
-def _resolver(read: _Reads, nodes: dict[str, Node]) -> Callable[[str], Node]:
-    """A deployment's policy by name, parsed once (`nodes`: those known already)."""
-
-    def resolve(ref: str) -> Node:
-        if ref not in nodes:
-            nodes[ref] = parse_policy(read(ref).policy)
-        return nodes[ref]
-
-    return resolve
 
 
 class DeploymentService:
@@ -119,155 +69,10 @@ class DeploymentService:
         self.recorder = recorder
         self._before_stats = before_stats or (lambda: None)
 
-    # Validation ----------------------------------------------------------------------------
-    def _validated(
-        self,
-        tenant: str,
-        name: str,
-        policy: Any,
-        cache: CacheSettings | None = None,
-        capture: CaptureSettings | None = None,
-        kept_with: dict[str, Any] | None = None,
-        *,
-        stored: dict[str, Any] | None = None,
-    ) -> tuple[dict[str, Any], list[Deployment]]:
-        """The policy, checked (with the capture settings it must fit: `kept_with`, the stored
-        policy they were kept with, or None for settings given now), and the other
-        deployments the checks read. `stored`: the deployment's policy now, whose values past a
-        bound written since stay allowed (`sluice.services.written_bounds`)."""
-        node = parse_policy(policy)
-        check_written(node, stored)
-        self._check_functions(tenant, node)
-        read = _Reads(self.registry, tenant)
-        self._check_graph(tenant, name, node, read, capture, kept_with)
-        if cache is not None:
-            self._check_cacheable(node, read)
-        checked = policy_dict(node)
-        check_policy_size(checked)
-        return checked, list(read.found.values())
-
-    def _check_functions(self, tenant: str, node: Node) -> None:
-        """Each function step names a function its tenant may run, each lookup a store it may
-        read (checked again on every call)."""
-        for field, child in fields_of(node):
-            if isinstance(child, Function):
-                refused = "function steps are not served here" if self.functions is None else self.functions.refusal(child, tenant)
-                if refused is not None:
-                    raise Unprocessable(refused, field=f"{field}.function")
-            elif isinstance(child, Lookup):
-                refused = "lookup steps are not served here" if self.lookup_steps is None else self.lookup_steps.refusal(child, tenant)
-                if refused is not None:
-                    raise Unprocessable(refused, field=f"{field}.table")
-
-    def _check_cacheable(self, node: Node, read: _Reads) -> None:
-        """A cached deployment's route must be deterministic, through its references too."""
-        seen: set[str] = set()
-        pending: list[tuple[str | None, Node]] = [(None, node)]
-        while pending:
-            ref_name, current = pending.pop()
-            found = uncacheable(current)
-            if found is not None:
-                field, reason = found
-                if ref_name is not None:  # the fault is in another deployment's policy
-                    field, reason = "policy", f"referenced deployment '{ref_name}' ({field}): {reason}"
-                raise Unprocessable(f"cache is on: {reason}", field=field)
-            for ref in referenced_deployments(current):
-                if ref not in seen:
-                    seen.add(ref)
-                    pending.append((ref, parse_policy(read(ref).policy)))
-
-    def _check_graph(
-        self, tenant: str, name: str, node: Node, read: _Reads, capture: CaptureSettings | None = None, kept_with: dict[str, Any] | None = None
-    ) -> None:
-        resolve = _resolver(read, {name: node})
-
-        def visit(current: str, path: list[str]) -> None:
-            if len(path) > MAX_GRAPH_DEPTH:
-                raise Unprocessable(f"deployment references nest more than {MAX_GRAPH_DEPTH} deep", field="policy")
-            for child in walk(resolve(current)):
-                if isinstance(child, Ref):
-                    if child.deployment in path:
-                        cycle = " -> ".join([*path, child.deployment])
-                        raise Unprocessable(f"policy makes a cycle: {cycle}", field="policy")
-                    visit(child.deployment, [*path, child.deployment])
-
-        visit(name, [name])
-        signature_of = self._signature_resolver(tenant, resolve)
-        before = None if kept_with is None else lambda: self._stored_inputs(tenant, kept_with)
-        check_redacted(capture, signature_of(node).inputs, before=before)  # named as callers name them (a leading step's)
-        for child in walk(node):
-            if isinstance(child, Single):
-                require_found(self.registry.get_version, tenant, child.model, child.version, field="policy")
-        graphs = GraphChecks(signature_of, resolve)
-        graphs.check(node)
-        check_tables(node, graphs, self.precomputed, tenant)
-        for child in walk(node):
-            first_inputs = signature_of(child).inputs  # a sequence's later steps take other inputs than the policy
-            branches: list[tuple[str, Node]] = []
-            if isinstance(child, Split):
-                branches = [(f"variant '{v.name}'", v.target) for v in child.variants]
-            elif isinstance(child, Shadow):
-                branches = [(f"mirror '{m.name}'", m.target) for m in child.mirrors]
-            elif isinstance(child, Ensemble):
-                branches = [(f"member '{m.name}'", m.target) for m in child.members]
-                problem = check_fits(child.aggregator, [graphs.answers(m.target) for m in child.members])
-                if problem:
-                    raise Unprocessable(f"aggregator '{child.aggregator}' does not fit: {problem}", field="policy.aggregator")
-            for label, branch in branches:
-                if signature_of(branch).inputs != first_inputs:
-                    raise Unprocessable(f"{label} takes different inputs from the rest of the policy", field="policy")
-
-    def _dependents(self, tenant: str, name: str) -> list[Deployment]:
-        """The tenant's deployments whose policies reach `name` through references, directly
-        or through others."""
-        deployments = {d.name: d for d in self.registry.list_deployments(tenant)}
-        refs = {n: set(referenced_deployments(parse_policy(d.policy))) for n, d in deployments.items() if n != name}
-        found: set[str] = set()
-        pending = [name]
-        while pending:
-            target = pending.pop()
-            for other, reached in refs.items():
-                if target in reached and other not in found:
-                    found.add(other)
-                    pending.append(other)
-        return [deployments[n] for n in sorted(found)]
-
-    def _check_dependents(self, tenant: str, changed: Deployment) -> None:
-        """The checks each deployment that reaches `changed` passed when it was saved (inputs
-        agree, answers fit, a cached route stays deterministic) made again on `changed`'s new
-        policy: a change that would break one is refused, naming it."""
-        for dependent in self._dependents(tenant, changed.name):
-            read = _Reads(self.registry, tenant)
-            read.found[changed.name] = changed
-            node = parse_policy(dependent.policy)
-            try:
-                self._check_graph(tenant, dependent.name, node, read, dependent.capture, dependent.policy)
-                if dependent.cache is not None:
-                    self._check_cacheable(node, read)
-            except (Unprocessable, BadRequest) as exc:
-                raise Unprocessable(
-                    f"deployment '{dependent.name}' references '{changed.name}' and would not hold with this policy: {exc.message}", field="policy"
-                ) from None
-
-    def _stored_inputs(self, tenant: str, policy: dict[str, Any]) -> tuple[TensorSpec, ...]:
-        """The inputs `policy` takes through the deployments it reaches as they are stored
-        (before the change being checked)."""
-        resolve = _resolver(_Reads(self.registry, tenant), {})
-        return self._signature_resolver(tenant, resolve)(parse_policy(policy)).inputs
-
-    def _signature_resolver(self, tenant: str, resolve: Callable[[str], Node]) -> Callable[[Node], Signature]:
-        def signature_of(node: Node) -> Signature:
-            if isinstance(node, Transform | Lookup):  # a sequence's step: what it declares (a later one takes what comes)
-                return Signature(node.input_specs(), ())
-            if isinstance(node, Function):
-                return node.signature
-            first = primary_single(node, resolve)
-            assert first is not None
-            signature = require_found(self.registry.get_version, tenant, first.model, first.version, field="policy").signature
-            leading = leading_transform(node, resolve)
-            return signature if leading is None else Signature(leading.input_specs(), signature.outputs, signature.metadata)
-
-        return signature_of
+    # Validation (`sluice.services.policy_checks`) ------------------------------------------
+    def _checks(self) -> PolicyChecks:
+        """The policy checks, on what this service holds now."""
+        return PolicyChecks(self.registry, self.functions, self.lookup_steps, self.precomputed)
 
     def resolve_shorthand(self, principal: Principal, model: str, version: int | None) -> dict[str, Any]:
         """`model` (+ optional `version`, default latest) as a single-version policy."""
@@ -311,7 +116,7 @@ class DeploymentService:
 
         def create() -> Deployment:
             catalog = self.registry.catalog_read(principal.tenant)  # before the checks: a version in use is never deleted
-            checked, read = self._validated(principal.tenant, name, policy, settings, captured)
+            checked, read = self._checks().validated(principal.tenant, name, policy, settings, captured)
             deployment = Deployment(
                 tenant=principal.tenant,
                 name=name,
@@ -374,9 +179,9 @@ class DeploymentService:
         joined = current.batching if batching is KEEP else check_batching(batching)
         captured = current.capture if capture is KEEP else check_capture(capture)
         kept_with = current.policy if capture is KEEP else None
-        checked, read = self._validated(principal.tenant, name, current.policy if policy is None else policy, settings, captured, kept_with, stored=current.policy)
+        checked, read = self._checks().validated(principal.tenant, name, current.policy if policy is None else policy, settings, captured, kept_with, stored=current.policy)
         if policy is not None:
-            self._check_dependents(principal.tenant, replace(current, policy=checked))
+            self._checks().check_dependents(principal.tenant, replace(current, policy=checked))
         updated = replace(
             current,
             policy=checked,
@@ -435,7 +240,7 @@ class DeploymentService:
 
         def delete() -> None:
             catalog = self.registry.catalog_read(principal.tenant)  # before the checks: nothing is left referring to it
-            dependents = [d.name for d in self._dependents(principal.tenant, name)]
+            dependents = [d.name for d in self._checks().dependents(principal.tenant, name)]
             if dependents:
                 raise Conflict(f"deployment '{name}' is referenced by {dependents}; point them elsewhere first", field="deployment")
             for other in self.registry.list_deployments(principal.tenant):  # what a rollback restores, as for versions
