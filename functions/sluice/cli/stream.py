@@ -378,7 +378,7 @@ def _score_in_worker(item: tuple[int, bytes]) -> Scored:
 
 
 def _gave_up(record: Any, why: str | None) -> dict[str, Any]:
-    from sluice.stream.core import record_id
+    from sluice.stream.reading import record_id
 
     return {"id": record_id(record.body), "source": record.position, "error": why, "code": "unavailable", "retryable": True}
 

@@ -25,12 +25,14 @@ arrays) and writing (outcomes presented). It
 
 Outcomes are kept per call, not per record: a batch piece of 65,536 rows is a handful of
 objects, and a record's own outputs are views of its call's answer.
+
+The routes are `bulk_routes`'s (and `sticky_field`, the record field a reader takes a key
+from); how records are cut into calls (runs, halves, runs of one case) is `selections`'s.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from itertools import pairwise, repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,24 +45,32 @@ from sluice.domain.errors import (
     SluiceError,
     Unprocessable,
 )
-from sluice.domain.graphs import reads_routing_key
 from sluice.domain.policy import walk
 from sluice.domain.requests import ArrayInputs, PredictionRequest
 from sluice.domain.results import answering_in_place, as_rows, rows_of
+from sluice.inference.bulk_routes import groups
+from sluice.inference.selections import (
+    Selection,
+    by_case,
+    count_of,
+    halves,
+    offsets_of,
+    one_by_one,
+    positions_of,
+    rows_of_records,
+    runs_of,
+)
 from sluice.observability import get_logger
-from sluice.routing.choose import sticky_pick
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from sluice.domain import Principal
-    from sluice.domain.policy import Node, Split
+    from sluice.domain.policy import Node
     from sluice.domain.results import Answer, Prediction, Resolved
     from sluice.inference.predictions import PredictionService
 
 PERMANENT_STATUSES = frozenset({400, 413, 422})  # the records themselves are refused: a retry fails again
-
-Selection = slice | np.ndarray  # records (or rows): a run of them, or their positions in order
 
 
 @dataclass(slots=True)  # made per call: a frozen dataclass's __init__ costs more
@@ -101,7 +111,7 @@ class Result:
     offsets: np.ndarray | None = None
 
     def __len__(self) -> int:
-        return _count(self.records)
+        return count_of(self.records)
 
     def rows_of(self, j: int) -> slice:
         """The rows of the answer that are the `j`-th of these records' own."""
@@ -125,7 +135,7 @@ class Error:
     retry: bool
 
     def __len__(self) -> int:
-        return _count(self.records)
+        return count_of(self.records)
 
     @property
     def reason(self) -> str:
@@ -166,7 +176,7 @@ class Outcomes:
         drivers that make one anyway, and for tests)."""
         found: list[Outcome | None] = [None] * self.count
         for outcome in (*self.results, *self.errors):
-            for position in _positions(outcome.records):
+            for position in positions_of(outcome.records):
                 found[position] = outcome
         assert None not in found, "a record has no outcome"
         return found  # type: ignore[return-value]
@@ -214,7 +224,7 @@ async def score_many(
     with answering_in_place(True):  # nothing reads a queued answer: too large is split, never queued
         count = len(records)
         out = Outcomes(count)
-        offsets = None if records.rows is None else _offsets(records.rows)
+        offsets = None if records.rows is None else offsets_of(records.rows)
         routed = isinstance(target, str) and (records.variants is not None or records.keys is not None)
         if isinstance(target, str) and (resolved is None or routed):
             try:
@@ -229,18 +239,11 @@ async def score_many(
         if not routed and offsets is None and 0 < count <= max_rows and not records.scalars:  # the common case: one call
             await bulk.call(slice(0, count), None, None)
         else:
-            for variant, key, chosen in _groups(resolved.node, records, count) if routed else ((None, None, slice(0, count)),):  # type: ignore[union-attr]
-                for part in _each(chosen) if records.scalars else _parts(chosen, offsets, max_rows):
+            for variant, key, chosen in groups(resolved.node, records, count) if routed else ((None, None, slice(0, count)),):  # type: ignore[union-attr]
+                for part in one_by_one(chosen) if records.scalars else runs_of(chosen, offsets, max_rows):
                     await bulk.call(part, variant, key)
         assert out.answered + out.failed == count, f"{count} records in, {out.answered} answered and {out.failed} failed"
         return out
-
-
-def sticky_field(node: Node) -> str | None:
-    """The record field a deployment's top split reads its routing key from, when it routes
-    by key: a reader takes it from each record beside `routing_key`."""
-    split = _sticky_split(node)
-    return split.routing_key if split else None
 
 
 class _Bulk:
@@ -263,13 +266,13 @@ class _Bulk:
 
     async def call(self, chosen: Selection, variant: str | None, key: str | None) -> None:
         if self.stopped is not None:
-            self.out._error(Error(chosen, self.stopped.error, True), _count(chosen))
+            self.out._error(Error(chosen, self.stopped.error, True), count_of(chosen))
             return
-        rows, offsets = _rows(chosen, self.offsets)
-        taken = _count(rows)
+        rows, offsets = rows_of_records(chosen, self.offsets)
+        taken = count_of(rows)
         whole = isinstance(rows, slice) and rows.start == 0 and rows.stop == self.rows
         if self.scalars:  # one record (`_each`): its scalars as it gave them, rank 0, its other inputs' rows
-            (at,) = _positions(chosen)
+            (at,) = positions_of(chosen)
             arrays = {name: array[at, ...] if name in self.scalars else array[rows] for name, array in self.arrays.items()}
         else:
             arrays = self.arrays if whole else {name: array[rows] for name, array in self.arrays.items()}
@@ -298,13 +301,13 @@ class _Bulk:
         except Exception as exc:  # sorted below: refused (bisect), or retried; never lost
             retry = _retryable(exc)
             if not isinstance(exc, SluiceError):
-                get_logger().warning("bulk call failed unexpectedly", exc_info=True, extra={"records": _count(chosen)})
-            if not retry and _count(chosen) > 1:
-                for part in _by_case(exc, chosen, offsets) or _halves(chosen):
+                get_logger().warning("bulk call failed unexpectedly", exc_info=True, extra={"records": count_of(chosen)})
+            if not retry and count_of(chosen) > 1:
+                for part in by_case(exc, chosen, offsets) or halves(chosen):
                     await self.call(part, variant, key)
                 return
             error = Error(chosen, exc, retry)
-            self.out._error(error, _count(chosen))
+            self.out._error(error, count_of(chosen))
             if retry and self.stop_on_retry:
                 self.stopped = error
             return
@@ -322,132 +325,3 @@ def _retryable(exc: Exception) -> bool:
     return not (isinstance(exc, SluiceError) and (exc.status in PERMANENT_STATUSES or isinstance(exc, Accepted | CasesApart)))
 
 
-# Routes ---------------------------------------------------------------------------------
-def _sticky_split(node: Node) -> Split | bool | None:
-    """The top split when it routes by key (records are grouped by the variant each would get
-    alone); False when a split further down does, or a switch's condition reads the key
-    (records are grouped by the key itself); None when nothing routes by key."""
-    if node.kind == "split" and node.routing_key and node.bandit is None:  # type: ignore[union-attr]
-        return node  # type: ignore[return-value]
-    if any(n.kind == "split" and n.routing_key for n in walk(node)) or reads_routing_key(node):  # type: ignore[union-attr]
-        return False
-    return None
-
-
-def _groups(node: Node, records: Records, count: int) -> list[tuple[str | None, str | None, Selection]]:
-    """(variant, routing key, records) per route, in the order routes first appear."""
-    whole: list[tuple[str | None, str | None, Selection]] = [(None, None, slice(0, count))]
-    if records.variants is None and records.keys is None:
-        return whole
-    sticky = _sticky_split(node)
-    variants = repeat(None) if records.variants is None else records.variants
-    keys = repeat(None) if records.keys is None else records.keys
-    routes: dict[tuple[str | None, str | None], list[int]] = {}
-    for position, variant, key in zip(range(count), variants, keys, strict=False):
-        routes.setdefault(_route(variant, key, sticky), []).append(position)
-    if len(routes) == 1:
-        (variant, key), _ = routes.popitem()
-        return [(variant, key, slice(0, count))]
-    return [(variant, key, np.asarray(positions, dtype=np.intp)) for (variant, key), positions in routes.items()]
-
-
-def _route(variant: str | None, key: Any, sticky: Split | bool | None) -> tuple[str | None, str | None]:
-    if variant is not None:
-        return str(variant), None
-    if sticky is None or key is None:
-        return None, None
-    if sticky:
-        return sticky_pick(sticky.variants, str(key)).name, None  # type: ignore[union-attr]
-    return None, str(key)
-
-
-# Selections -------------------------------------------------------------------------------
-def _offsets(rows: np.ndarray) -> np.ndarray:
-    offsets = np.zeros(len(rows) + 1, dtype=np.intp)
-    np.cumsum(rows, out=offsets[1:])
-    return offsets
-
-
-def _count(chosen: Selection) -> int:
-    return chosen.stop - chosen.start if isinstance(chosen, slice) else len(chosen)
-
-
-def _positions(chosen: Selection) -> range | np.ndarray:
-    return range(chosen.start, chosen.stop) if isinstance(chosen, slice) else chosen
-
-
-def _each(chosen: Selection) -> list[Selection]:
-    """The chosen records one by one, in order."""
-    if isinstance(chosen, slice):
-        return [slice(at, at + 1) for at in range(chosen.start, chosen.stop)]
-    return [chosen[at : at + 1] for at in range(len(chosen))]
-
-
-def _halves(chosen: Selection) -> tuple[Selection, Selection]:
-    half = _count(chosen) // 2
-    if isinstance(chosen, slice):
-        return slice(chosen.start, chosen.start + half), slice(chosen.start + half, chosen.stop)
-    return chosen[:half], chosen[half:]
-
-
-def _by_case(exc: Exception, chosen: Selection, offsets: np.ndarray | None) -> list[Selection] | None:
-    """The chosen records in runs whose rows took one switch case, in order (a record whose
-    rows took several is a run alone: it fails alone), where `exc` says each row's case; None
-    where it does not say it for these rows (a switch under a node that answers some rows
-    itself saw fewer), or they are one run."""
-    if not isinstance(exc, CasesApart):
-        return None
-    count = _count(chosen)
-    cases = np.asarray(exc.cases)
-    if cases.shape != ((count if offsets is None else int(offsets[-1])),):
-        return None
-    own = cases
-    if offsets is not None:
-        own = np.empty(count, dtype=np.intp)
-        for j in range(count):
-            mine = cases[offsets[j] : offsets[j + 1]]
-            own[j] = mine[0] if len(mine) and (mine == mine[0]).all() else -1 - j  # a case of its own
-    edges = [0, *(np.flatnonzero(own[1:] != own[:-1]) + 1).tolist(), count]
-    if len(edges) == 2:
-        return None
-    if isinstance(chosen, slice):
-        return [slice(chosen.start + a, chosen.start + b) for a, b in pairwise(edges)]
-    return [chosen[a:b] for a, b in pairwise(edges)]
-
-
-def _rows(chosen: Selection, offsets: np.ndarray | None) -> tuple[Selection, np.ndarray | None]:
-    """The rows of the chosen records, and where each record's start among them."""
-    if offsets is None:
-        return chosen, None
-    if isinstance(chosen, slice):
-        start, stop = int(offsets[chosen.start]), int(offsets[chosen.stop])
-        return slice(start, stop), offsets[chosen.start : chosen.stop + 1] - start
-    starts, lengths = offsets[chosen], offsets[chosen + 1] - offsets[chosen]
-    local = _offsets(lengths)
-    rows = np.repeat(starts - local[:-1], lengths) + np.arange(local[-1], dtype=np.intp)
-    return rows, local
-
-
-def _parts(chosen: Selection, offsets: np.ndarray | None, max_rows: int) -> list[Selection]:
-    """The chosen records in runs of at most `max_rows` rows, in order (a record with more
-    rows than that is a run of its own)."""
-    count = _count(chosen)
-    if offsets is None:
-        if count <= max_rows:
-            return [chosen] if count else []
-        if isinstance(chosen, slice):
-            return [slice(at, min(at + max_rows, chosen.stop)) for at in range(chosen.start, chosen.stop, max_rows)]
-        return [chosen[at : at + max_rows] for at in range(0, count, max_rows)]
-    if not count:
-        return []
-    _, local = _rows(chosen, offsets)
-    assert local is not None
-    if local[-1] <= max_rows:
-        return [chosen]
-    parts: list[Selection] = []
-    at = 0
-    while at < count:
-        end = max(int(np.searchsorted(local, local[at] + max_rows, side="right")) - 1, at + 1)
-        parts.append(slice(chosen.start + at, chosen.start + end) if isinstance(chosen, slice) else chosen[at:end])
-        at = end
-    return parts

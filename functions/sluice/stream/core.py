@@ -9,60 +9,35 @@ call (`inference.bulk.score_many`), and write each record's outcome as one of th
 - a retry (a transient failure: throttling, 502/503/504, a timeout, a deployment not found),
   reported to Lambda as a batch item failure, and in the end to the dead-letter destination.
 
-Reading is this module's: the `{id, features}` hot path makes one tuple per record (in C) and
-one array of all their rows; any other shape takes the full decode. Grouping by route,
+Reading is `stream.reading`'s (`RecordReader`, which `StreamScorer` is): the `{id, features}`
+hot path makes one tuple per record (in C) and one array of all their rows; any other shape
+takes the full decode. Scoring and writing are this module's. Grouping by route,
 calls of at most `batch_rows` rows, and finding the records a call refuses (so the rest are
 still scored) are the bulk call's.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import orjson
-from orjson import JSONDecodeError, loads
-
-from sluice.codecs.datatypes import V2_TO_NUMPY
-from sluice.codecs.json_text import loads as loads_or_too_deep
-from sluice.codecs.json_text import too_deep
 from sluice.codecs.plain import present_rows, said_per_row, who_answered, who_of_rows
 from sluice.domain import Principal
-from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
-from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
-from sluice.domain.results import rows_of
-from sluice.inference.bulk import Records, check_answers_in_place, score_many, sticky_field
-from sluice.observability import get_logger
-from sluice.stream.records import NOT_BASE64
+from sluice.domain.errors import SluiceError
+from sluice.inference.bulk import check_answers_in_place, score_many
+from sluice.inference.bulk_routes import sticky_field
+from sluice.stream.reading import RecordReader
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import numpy as np
+
     from sluice.domain.results import Resolved
-    from sluice.domain.signature import Signature
     from sluice.inference.bulk import Outcomes
     from sluice.inference.predictions import PredictionService
+    from sluice.stream.reading import Layout
     from sluice.stream.records import StreamRecord
-
-# Keys a record may carry beside its inputs; any other is refused, as the HTTP API refuses it.
-RECORD_KEYS = frozenset({"id", "features", "inputs", "batch", "routing_key", "variant", "deployment"})
-# Request fields a stream record cannot carry: refused, as a record scored without them would
-# answer other than the request that names them (a switch on a parameter, fewer outputs).
-NOT_FOR_STREAMS = {
-    "parameters": "a stream record carries no parameters (a condition on one does not hold for it); send them to the API",
-    "outputs": "a stream record's output holds every output the deployment answers; it cannot name some",
-}
-NOT_AN_OBJECT = "a record's body must be a JSON object with features, inputs or batch"  # the record itself is wrong; others may pass on a retry
-ID_CHARS = 128  # as the API's request_id
-BAD_ID = f"a record's id must be a string of at most {ID_CHARS} characters or an integer within 64 bits"
-# A record that fails reading for a reason nobody foresaw: a fault of sluice's, never of its batch.
-UNREADABLE = "the record could not be read (an internal error); the rest of its batch is scored"
-# ... unless the process ran short of what a retry may find again (memory, a file, a socket):
-# then the batch fails, and is retried.
-SHORT_OF = (MemoryError, OSError)
 
 
 @dataclass(slots=True)
@@ -78,23 +53,7 @@ class Outcome:
         return "error" in (self.output or {})
 
 
-class _Item(tuple):  # type: ignore[type-arg]
-    """A record the full decode read: its arrays, and the route it asks for."""
-
-    __slots__ = ()
-    index = property(itemgetter(0))
-    id = property(itemgetter(1))
-    rows = property(itemgetter(2))
-    several = property(itemgetter(3))
-    arrays = property(itemgetter(4))
-    variant = property(itemgetter(5))
-    key = property(itemgetter(6))
-
-
-_row = itemgetter(2)  # a hot record's feature values, read in C
-
-
-class StreamScorer:
+class StreamScorer(RecordReader):
     """Scores the records of one source, bound to one tenant and one deployment."""
 
     def __init__(self, predictions: PredictionService, tenant: str, deployment: str, *, batch_rows: int = 10_000) -> None:
@@ -115,135 +74,19 @@ class StreamScorer:
             for outcome in outcomes:
                 outcome.retry = f"{exc.code}: {exc.message}"
             return outcomes
-        field = sticky_field(resolved.node)
-        allowed = RECORD_KEYS | ({field} if field else set())
-        signature = resolved.version.signature
-        only = signature.inputs[0] if len(signature.inputs) == 1 else None
-        names = only.feature_names if only is not None and only.feature_names else None
-        row_of = _row_getter(names)
-        # true/false among feature numbers would stack as 1.0/0.0: such a record takes the full
-        # decode, which refuses them as the API does. A substring test of the text costs far
-        # less than looking at every value; an `id` that says "true" only takes the slower path.
-        # A name given twice is kept once by the parser (the last value): the hot path's
-        # records have one comma between each two members, and one more is a name given twice
-        # (or a comma in the `id`, which only takes the slower path, which looks closer).
-        text = bool(records) and type(records[0].body) is str
-        true, false, comma = ("true", "false", ",") if text else (b"true", b"false", b",")
-        hot: list[tuple[int, Any, tuple[Any, ...]]] = []  # (index, id, feature values)
-        full: list[_Item] = []
-        keep = hot.append
-        width = len(names) if names else -1
-        for index, record in enumerate(records):
-            raw = record.body
-            try:
-                try:
-                    body = loads(raw)
-                except JSONDecodeError:
-                    body = _body(raw)  # raises, saying why
-                if type(body) is not dict:
-                    raise BadRequest(NOT_AN_OBJECT, field="body")
-                rid = body.get("id")
-                if not valid_id(rid):
-                    raise BadRequest(BAD_ID, field="id")
-                features = body.get("features")
-                if (
-                    type(features) is dict and len(features) == width and len(body) <= 2
-                    and (len(body) == 1 or "id" in body)
-                    and true not in raw and false not in raw  # type: ignore[operator]
-                    and raw.count(comma) == width + len(body) - 2  # type: ignore[arg-type]
-                ):  # fmt: skip
-                    try:  # the hot path, `{id, features}`: one row, stacked with the others before any array is built
-                        keep((index, rid, row_of(features)))
-                        continue
-                    except KeyError:
-                        pass  # the full decode names the missing feature
-                full.append(self._item(index, raw, body, signature, allowed, field))
-            except SluiceError as exc:
-                outcomes[index].output = self._error(record, record_id(record.body), exc)
-            except SHORT_OF:
-                raise
-            except Exception as exc:  # reading is the same on a retry: this record's error, never the batch's
-                outcomes[index].output = self._unreadable(record, exc)
-        stacked = self._stack_hot(signature, hot, full, records, outcomes) if hot else None
-        for layout in _layouts(hot, stacked, full):
+        layouts = self._read(records, outcomes, resolved.version.signature, sticky_field(resolved.node))
+        for layout in layouts:
             await self._score(resolved, layout, records, outcomes)
         return outcomes
 
-    # Reading ----------------------------------------------------------------------------
-    def _item(
-        self, index: int, raw: bytes | str, body: dict[str, Any], signature: Signature, allowed: frozenset[str] | set[str], field: str | None
-    ) -> _Item:
-        extra = body.keys() - allowed
-        if extra:
-            name = sorted(extra)[0]
-            raise BadRequest(NOT_FOR_STREAMS.get(name, f"unknown field '{name}' in a stream record"), field=name)
-        named = body.get("deployment")
-        if named is not None and named != self.deployment:
-            raise BadRequest(f"this source is bound to deployment '{self.deployment}', not '{named}'", field="deployment")
-        _refuse_names_given_twice(raw, body)
-        features = body.get("features")
-        inputs = body.get("inputs")
-        if isinstance(inputs, list) and inputs and all(isinstance(t, dict) and "datatype" in t for t in inputs):
-            wanted = TensorInputs(tuple(_tensor(t, i) for i, t in enumerate(inputs)))
-            request = PredictionRequest(self.deployment, wanted)
-        else:
-            request = PredictionRequest(self.deployment, RowInputs(inputs=inputs, features=features, batch=body.get("batch")))
-        arrays = self.predictions.decode(signature, request)
-        rows = rows_of({name: array for name, array in arrays.items() if array.ndim} or arrays)  # a scalar is one row; beside batched inputs, theirs
-        key = body.get("routing_key")
-        if key is None and field:
-            key = body.get(field)
-        variant = body.get("variant")
-        # Routing reads a variant and a key as text: a container's text is made here, where what
-        # fails in it (a list nested 1,000 deep) is this record's error, not the batch's.
-        if variant is not None and type(variant) is not str:
-            variant = str(variant)
-        if key is not None and type(key) is not str:
-            key = str(key)
-        return _Item((index, body.get("id"), rows, "batch" in body or rows != 1, arrays, variant, key))
-
-    def _stack_hot(
-        self, signature: Signature, hot: list[tuple[int, Any, tuple[Any, ...]]], full: list[_Item],
-        records: Sequence[StreamRecord], outcomes: list[Outcome],
-    ) -> tuple[str, np.ndarray] | None:  # fmt: skip
-        """The hot records' rows as one array, for the one input. When they do not stack (a
-        string among numbers, a nested list), each hot record is decoded alone, to find and
-        refuse it; the others join the full decode's records (and `hot` is emptied)."""
-        try:
-            stacked = np.asarray(list(map(_row, hot)))
-            # A text input's numbers are decoded record by record, as a request's are: stacked
-            # beside a float, 7 would reach the model as "7.0".
-            datatype = signature.inputs[0].datatype
-            # ... and an integer input's beside a float: each record kept exact, as a request's are.
-            whole = stacked.dtype.kind in "iu" or V2_TO_NUMPY[datatype].kind not in "iu"
-            if stacked.dtype.kind in "iuf" and stacked.ndim == 2 and datatype != "BYTES" and whole:
-                return signature.inputs[0].name, stacked
-        except (ValueError, TypeError):
-            pass
-        for index, rid, _ in hot:
-            try:
-                features = _body(records[index].body)["features"]
-                arrays = self.predictions.decode(signature, PredictionRequest(self.deployment, RowInputs(features=features)))
-            except SluiceError as exc:
-                outcomes[index].output = self._error(records[index], rid, exc)
-                continue
-            except SHORT_OF:
-                raise
-            except Exception as exc:
-                outcomes[index].output = self._unreadable(records[index], exc)
-                continue
-            full.append(_Item((index, rid, 1, False, arrays, None, None)))
-        hot.clear()
-        return None
-
     # Scoring and writing ----------------------------------------------------------------
-    async def _score(self, resolved: Resolved, layout: _Layout, records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:
+    async def _score(self, resolved: Resolved, layout: Layout, records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:
         done = await score_many(
             self.predictions, self.principal, self.deployment, layout.records, max_rows=self.batch_rows, resolved=resolved
         )  # fmt: skip
         self._write(done, layout, records, outcomes)
 
-    def _write(self, done: Outcomes, layout: _Layout, records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:
+    def _write(self, done: Outcomes, layout: Layout, records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:
         hot, full, first = layout.hot, layout.full, len(layout.hot)
         for error in done.errors:
             exc = error.error
@@ -279,22 +122,6 @@ class StreamScorer:
                 body = {"predictions": own} if item.several else own[0]
                 outcomes[item.index].output = {"id": item.id, "source": records[item.index].position, **mine, **body}
 
-    def _unreadable(self, record: StreamRecord, exc: Exception) -> dict[str, Any]:
-        """The error output of a record reading failed on other than a `SluiceError`: one
-        nested too deep for the stack (a `RecursionError`) is bad input naming its member
-        (`sluice.codecs.json_text.too_deep`); anything else is sluice's fault (logged)."""
-        rid = record_id(record.body)
-        if isinstance(exc, RecursionError) and (refused := too_deep(record.body)) is not None:
-            return self._error(record, rid, refused)
-        get_logger().exception("a stream record could not be read", extra={"deployment": self.deployment, "source": record.position})
-        return self._error(record, rid, SluiceError(UNREADABLE))  # 500: internal_error
-
-    def _error(self, record: StreamRecord, rid: Any, exc: SluiceError) -> dict[str, Any]:
-        out = {"id": rid, "source": record.position, "deployment": self.deployment, "error": exc.message, "code": exc.code}
-        if exc.field:
-            out["field"] = exc.field
-        return out
-
 
 def _told(who: dict[str, Any]) -> dict[str, Any]:
     """`who_answered` as an output record says it: a precomputed node's `source` is named
@@ -302,57 +129,6 @@ def _told(who: dict[str, Any]) -> dict[str, Any]:
     if "source" not in who:
         return who
     return {("answered_from" if name == "source" else name): value for name, value in who.items()}
-
-
-class _Layout:
-    """Records whose arrays stack (the same inputs, the same shape past the batch axis, the
-    same inputs given as scalars): the hot records first, then the full decode's, as one
-    `Records`. Scalars (rank 0) are stacked on a new leading axis, one value per record, and
-    the bulk call scores each such record alone (a rank-0 input takes no batch)."""
-
-    __slots__ = ("full", "hot", "records")
-
-    def __init__(self, hot: list[tuple[int, Any, Any]], full: list[_Item], records: Records) -> None:
-        self.hot, self.full, self.records = hot, full, records
-
-
-def _layouts(hot: list[tuple[int, Any, Any]], stacked: tuple[str, np.ndarray] | None, full: list[_Item]) -> list[_Layout]:
-    """The records by layout, the hot records' first (almost always the only one)."""
-    if not full:
-        return [_Layout(hot, full, Records(dict((stacked,)), ids=[rid for _, rid, _ in hot]))] if stacked is not None else []
-    groups: dict[tuple[Any, ...], list[_Item]] = {}
-    for item in full:
-        groups.setdefault(_shape(item.arrays), []).append(item)
-    layouts = []
-    if stacked is not None:
-        name, rows = stacked
-        layouts.append(_layout(hot, {name: [rows]}, groups.pop(((name, rows.shape[1:]),), [])))
-    layouts.extend(_layout([], {}, items) for items in groups.values())
-    return layouts
-
-
-def _shape(arrays: dict[str, np.ndarray]) -> tuple[Any, ...]:
-    """What records must share to stack: each input's shape past the batch axis (None for a
-    scalar, which has no batch axis: never stacked with a record of one row)."""
-    return tuple(sorted((name, array.shape[1:] if array.ndim else None) for name, array in arrays.items()))
-
-
-def _layout(hot: list[tuple[int, Any, Any]], parts: dict[str, list[np.ndarray]], items: list[_Item]) -> _Layout:
-    for item in items:
-        for name, array in item.arrays.items():
-            parts.setdefault(name, []).append(array)
-    scalars = frozenset(name for name, arrays in parts.items() if arrays[0].ndim == 0)  # a layout's records all give them so
-    arrays = {
-        name: np.stack(arrays) if name in scalars else arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-        for name, arrays in parts.items()
-    }  # fmt: skip
-    ids = [rid for _, rid, _ in hot] + [item.id for item in items]
-    if not items:  # hot records only: a row each, no route asked for
-        return _Layout(hot, items, Records(arrays, ids=ids))
-    rows = np.asarray([1] * len(hot) + [item.rows for item in items], dtype=np.intp)
-    variants = [None] * len(hot) + [item.variant for item in items] if any(item.variant is not None for item in items) else None
-    keys = [None] * len(hot) + [item.key for item in items] if any(item.key is not None for item in items) else None
-    return _Layout(hot, items, Records(arrays, rows, variants, keys, ids, scalars))
 
 
 def hold_order(records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:
@@ -366,92 +142,6 @@ def hold_order(records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None
             outcome.output, outcome.retry = None, "held behind an earlier record of its partition"
         elif outcome.retry is not None:
             held.add(record.order)
-
-
-def _body(raw: bytes | str) -> dict[str, Any]:
-    if raw is NOT_BASE64:
-        raise BadRequest("a record's data is not base64", field="data")
-    try:
-        body = loads_or_too_deep(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"a record's body is not JSON: {exc.args[0] if exc.args else exc}", field="body") from None
-    if not isinstance(body, dict):
-        raise BadRequest(NOT_AN_OBJECT, field="body")
-    return body
-
-
-def valid_id(value: Any) -> bool:
-    """Whether `value` may be a record's `id`, which its output carries back as given: none, a
-    string of at most `ID_CHARS` characters, or an integer within 64 bits (JSON readers and
-    writers keep no more: a larger one would come back rounded, a nested one may not encode)."""
-    kind = type(value)
-    return value is None or (kind is str and len(value) <= ID_CHARS) or (kind is int and -(2**63) <= value < 2**64)
-
-
-def record_id(raw: bytes | str) -> Any:
-    """The `id` an error output carries: the record's, when it is one (`valid_id`)."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    rid = body.get("id") if isinstance(body, dict) else None
-    return rid if valid_id(rid) else None
-
-
-def _refuse_names_given_twice(raw: bytes | str, body: dict[str, Any]) -> None:
-    """A record that gives a name twice in one object (`{"features": {"a": 1, "a": 2}}`) is
-    refused: the parser keeps the last value, the sender may have meant the first. Each
-    member of an object has one colon; when the text holds no more colons than the members
-    parsed, no name was dropped. Otherwise (a colon in a string, or objects in lists not
-    counted) the text is read again by a parser that sees every pair."""
-    if raw.count(":" if type(raw) is str else b":") == _members(body):  # type: ignore[arg-type]
-        return
-    twice: list[str] = []
-
-    def pairs(items: list[tuple[str, Any]]) -> None:
-        names = [name for name, _ in items]
-        if len(set(names)) != len(names):
-            twice.extend(name for n, name in enumerate(names) if name in names[:n])
-
-    try:
-        json.loads(raw, object_pairs_hook=pairs)
-    except ValueError:
-        return  # read by the first parser; nothing more to learn here
-    if twice:
-        name = twice[0]
-        features = body.get("features")
-        where = f"features.{name}" if isinstance(features, dict) and name in features else (name if name in body else "body")
-        raise InvalidInput(f"'{name}' is given twice in one object of the record; give each name once", field=where)
-
-
-def _members(value: dict[str, Any]) -> int:
-    """The members of `value` and of the objects inside it, through objects and lists of
-    objects (other lists are not looked into: a lower bound, which only costs a closer look)."""
-    count = len(value)
-    for inner in value.values():
-        kind = type(inner)
-        if kind is dict:
-            count += _members(inner)
-        elif kind is list and inner and type(inner[0]) is dict:
-            count += sum(_members(x) for x in inner if type(x) is dict)
-    return count
-
-
-def _tensor(data: dict[str, Any], index: int) -> Tensor:
-    try:
-        return Tensor(str(data["name"]), str(data["datatype"]), tuple(int(n) for n in data["shape"]), data["data"])
-    except (KeyError, TypeError, ValueError):
-        raise InvalidInput("a v2 input needs name, datatype, shape (integers) and data", field=f"inputs[{index}]") from None
-
-
-def _row_getter(names: Sequence[str] | None) -> Any:
-    """A feature dict's values in the signature's order, as a tuple (C speed)."""
-    if not names:
-        return None
-    if len(names) == 1:
-        only = names[0]
-        return lambda features: (features[only],)
-    return itemgetter(*names)
 
 
 def _positions(chosen: slice | np.ndarray) -> range | np.ndarray:

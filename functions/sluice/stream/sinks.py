@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 from orjson import JSONEncodeError
 
-from sluice.stream.core import valid_id
+from sluice.stream.reading import valid_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

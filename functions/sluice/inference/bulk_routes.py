@@ -1,0 +1,65 @@
+"""The routes records take through the bulk call (`inference.bulk.score_many`): each record
+goes the way it would go alone, so records are grouped by a variant asked for, or by a sticky
+split's routing key, hashed here as the split would hash it (or by the key itself, where a
+split further down or a switch reads it)."""
+
+from __future__ import annotations
+
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.domain.graphs import reads_routing_key
+from sluice.domain.policy import walk
+from sluice.routing.choose import sticky_pick
+
+if TYPE_CHECKING:
+    from sluice.domain.policy import Node, Split
+    from sluice.inference.bulk import Records
+    from sluice.inference.selections import Selection
+
+
+def sticky_field(node: Node) -> str | None:
+    """The record field a deployment's top split reads its routing key from, when it routes
+    by key: a reader takes it from each record beside `routing_key`."""
+    split = _sticky_split(node)
+    return split.routing_key if split else None
+
+
+def _sticky_split(node: Node) -> Split | bool | None:
+    """The top split when it routes by key (records are grouped by the variant each would get
+    alone); False when a split further down does, or a switch's condition reads the key
+    (records are grouped by the key itself); None when nothing routes by key."""
+    if node.kind == "split" and node.routing_key and node.bandit is None:  # type: ignore[union-attr]
+        return node  # type: ignore[return-value]
+    if any(n.kind == "split" and n.routing_key for n in walk(node)) or reads_routing_key(node):  # type: ignore[union-attr]
+        return False
+    return None
+
+
+def groups(node: Node, records: Records, count: int) -> list[tuple[str | None, str | None, Selection]]:
+    """(variant, routing key, records) per route, in the order routes first appear."""
+    whole: list[tuple[str | None, str | None, Selection]] = [(None, None, slice(0, count))]
+    if records.variants is None and records.keys is None:
+        return whole
+    sticky = _sticky_split(node)
+    variants = repeat(None) if records.variants is None else records.variants
+    keys = repeat(None) if records.keys is None else records.keys
+    routes: dict[tuple[str | None, str | None], list[int]] = {}
+    for position, variant, key in zip(range(count), variants, keys, strict=False):
+        routes.setdefault(_route(variant, key, sticky), []).append(position)
+    if len(routes) == 1:
+        (variant, key), _ = routes.popitem()
+        return [(variant, key, slice(0, count))]
+    return [(variant, key, np.asarray(positions, dtype=np.intp)) for (variant, key), positions in routes.items()]
+
+
+def _route(variant: str | None, key: Any, sticky: Split | bool | None) -> tuple[str | None, str | None]:
+    if variant is not None:
+        return str(variant), None
+    if sticky is None or key is None:
+        return None, None
+    if sticky:
+        return sticky_pick(sticky.variants, str(key)).name, None  # type: ignore[union-attr]
+    return None, str(key)
