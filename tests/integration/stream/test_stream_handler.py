@@ -3,6 +3,7 @@ outputs read back from moto's SQS, Kinesis, Firehose and S3."""
 
 from __future__ import annotations
 
+import io
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -658,6 +659,31 @@ def test_records_taking_switch_cases_of_other_classes_each_answer_as_alone(aws: 
     assert (out["both"]["code"], out["both"]["field"]) == ("backend_error", "policy")
 
 
+def _buffered(bind: Bind, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, io.BytesIO]:
+    """A handler bound to stdout, whose lines land in the buffer returned beside it."""
+    from sluice.handlers import stream
+    from sluice.stream.sinks import FileSink
+
+    handle = bind({"kind": "stdout"})
+    written = io.BytesIO()
+    monkeypatch.setattr(stream, "sink_for", lambda binding: FileSink(written))
+    return handle, written
+
+
+def _reading_fails(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
+    """Reading a record that holds "boom" raises `error`; the others are read as they are."""
+    from sluice.stream import core
+
+    read = core.StreamScorer._item
+
+    def failing(self: Any, index: int, raw: Any, *args: Any) -> Any:
+        if "boom" in str(raw):
+            raise error
+        return read(self, index, raw, *args)
+
+    monkeypatch.setattr(core.StreamScorer, "_item", failing)
+
+
 def _nested(depth: int, objects: bool) -> str:
     """A JSON value `depth` arrays (or objects) deep, the innermost holding 1."""
     return ('{"a": ' * depth + "1" + "}" * depth) if objects else "[" * depth + "1" + "]" * depth
@@ -717,14 +743,9 @@ def test_a_record_too_deep_for_the_stack_is_an_error_record_naming_its_member(bi
     """A valid record 1,001 levels deep (orjson reads it; walking it, for names given twice or
     for true/false among numbers, runs out of Python's stack) is one error record naming the
     member and its depth; the records beside it are scored, and no batch item fails."""
-    import io
 
-    from sluice.handlers import stream
-    from sluice.stream.sinks import FileSink
 
-    handle = bind({"kind": "stdout"})
-    written = io.BytesIO()
-    monkeypatch.setattr(stream, "sink_for", lambda binding: FileSink(written))
+    handle, written = _buffered(bind, monkeypatch)
     bodies = [*rows(2), f'{{"id": "deep", "{member}": {deep}}}', *rows(1, start=2)]
     event = {"sqs": sqs_event, "kinesis": kinesis_event, "kafka": kafka_event}[source](bodies)
     assert handle(event) == {"batchItemFailures": []}
@@ -739,14 +760,9 @@ def test_a_variant_or_routing_key_too_deep_for_the_stack_is_the_records_error(bi
     """Routing reads a record's variant and routing key as text: one nested 1,000 deep (its text
     a walk the stack does not hold) is that record's error naming the member, never the batch's
     (it was made at scoring time, past the reader, and failed every record of the batch)."""
-    import io
 
-    from sluice.handlers import stream
-    from sluice.stream.sinks import FileSink
 
-    handle = bind({"kind": "stdout"})
-    written = io.BytesIO()
-    monkeypatch.setattr(stream, "sink_for", lambda binding: FileSink(written))
+    handle, written = _buffered(bind, monkeypatch)
     bodies = [*rows(2), f'{{"id": "deep", "features": {IRIS}, "{member}": {"[" * 1000 + "1" + "]" * 1000}}}', *rows(1, start=2)]
     assert handle(sqs_event(bodies)) == {"batchItemFailures": []}
     out = {o["id"]: o for o in map(json.loads, written.getvalue().splitlines())}
@@ -760,23 +776,10 @@ def test_a_record_that_breaks_the_reader_unexpectedly_is_an_internal_error_recor
     """Whatever a record makes the reader raise (a fault of sluice's, here a RecursionError),
     that record gets an `internal_error` record, never retried (reading it again fails again),
     and the rest of the batch is scored: no batch item failure, nothing lost."""
-    import io
 
-    from sluice.handlers import stream
-    from sluice.stream import core
-    from sluice.stream.sinks import FileSink
 
-    handle = bind({"kind": "stdout"})
-    written = io.BytesIO()
-    monkeypatch.setattr(stream, "sink_for", lambda binding: FileSink(written))
-    read = core.StreamScorer._item
-
-    def breaks(self: Any, index: int, raw: Any, *args: Any) -> Any:
-        if "boom" in str(raw):
-            raise RecursionError("maximum recursion depth exceeded")
-        return read(self, index, raw, *args)
-
-    monkeypatch.setattr(core.StreamScorer, "_item", breaks)
+    handle, written = _buffered(bind, monkeypatch)
+    _reading_fails(monkeypatch, RecursionError("maximum recursion depth exceeded"))
     bodies = [*rows(2), json.dumps({"id": "boom", "inputs": [[5.1, 3.5, 1.4, 0.2]]}), *rows(2, start=2)]
     assert handle(sqs_event(bodies)) == {"batchItemFailures": []}
     out = {o["id"]: o for o in map(json.loads, written.getvalue().splitlines())}
@@ -828,23 +831,10 @@ def test_a_record_that_finds_the_process_short_of_memory_fails_the_batch_for_a_r
     """Running short of memory (or of files, sockets) while reading a record is no fault of the
     record: a retry may find them. It fails the invocation, so Lambda delivers the batch again,
     and no record of it is written as a permanent error."""
-    import io
 
-    from sluice.handlers import stream
-    from sluice.stream import core
-    from sluice.stream.sinks import FileSink
 
-    handle = bind({"kind": "stdout"})
-    written = io.BytesIO()
-    monkeypatch.setattr(stream, "sink_for", lambda binding: FileSink(written))
-    read = core.StreamScorer._item
-
-    def short_of(self: Any, index: int, raw: Any, *args: Any) -> Any:
-        if "boom" in str(raw):
-            raise short
-        return read(self, index, raw, *args)
-
-    monkeypatch.setattr(core.StreamScorer, "_item", short_of)
+    handle, written = _buffered(bind, monkeypatch)
+    _reading_fails(monkeypatch, short)
     bodies = [*rows(2), json.dumps({"id": "boom", "inputs": [[5.1, 3.5, 1.4, 0.2]]})]
     with pytest.raises(type(short)):
         handle(sqs_event(bodies))
