@@ -336,7 +336,7 @@ def test_every_prediction_line_is_a_valid_emf_record(
     dimension it names is a member, as CloudWatch requires of an EMF record; a shape's metadata
     is shared by the lines of that shape only."""
     from sluice.domain.lookups import Lookup
-    from sluice.runtimes.lookups import Looked
+    from sluice.runtimes.lookup_reports import Looked
 
     telemetry = Telemetry(emit_metrics=True, namespace="sluice")
     node = Lookup(store="sqlite", table="t", keys={"customer_id": "customer"}, features=[{"name": "f", "datatype": "FP32"}])

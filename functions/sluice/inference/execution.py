@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from sluice.inference.precomputed import PrecomputedReader
     from sluice.runtimes import Runtime
     from sluice.runtimes.functions import FunctionSteps
-    from sluice.runtimes.lookups import Looked, LookupSteps
+    from sluice.runtimes.lookup_reports import Looked
+    from sluice.runtimes.lookups import LookupSteps
     from sluice.stats.recorder import Sample, StatsRecorder
 
 MAX_REF_DEPTH = 8

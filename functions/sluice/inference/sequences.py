@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from sluice.domain.policy import Sequence, Step
     from sluice.domain.transforms import Transform
     from sluice.inference.execution import Call, PolicyRunner
-    from sluice.runtimes.lookups import Looked
+    from sluice.runtimes.lookup_reports import Looked
 
 MAX_PREPARED = 64  # plans kept per sequence, and what a step works out per signature it takes
 DEADLINE_SLACK_S = 0.001  # a timer may fire this early (the event loop's clock resolution, and more)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from sluice.domain.lookups import Lookup
     from sluice.metrics import PrometheusMetrics
-    from sluice.runtimes.lookups import Looked
+    from sluice.runtimes.lookup_reports import Looked
 
 
 REFUSALS_LOGGED_EVERY_S = 10.0
@@ -134,7 +134,7 @@ class Telemetry:
         the service-wide PrecomputedRows and LiveFallbackRows (the fallback rate's alarm).
         `looked`: the request's lookup steps, which become LookupCalls (and the feature cache's
         LookupCacheHits and LookupCacheMisses) with no dimension, as a lookup's own line has them
-        (`sluice.runtimes.lookups`), and a `lookups` member naming their stores.
+        (`sluice.runtimes.lookup_reports`), and a `lookups` member naming their stores.
         `sessions`: the ONNX sessions the prediction's own calls found loaded and loaded
         (ModelCacheHits, ModelCacheMisses); None where it made none (a prediction cache hit)."""
         self.predictions += 1

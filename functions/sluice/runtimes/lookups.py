@@ -15,8 +15,7 @@ A value that is missing (its entity, its feature, or a null), or whose record is
 request fails with a 422 naming the input, the key and the entity, so a batch job fails that
 record alone. A store's failure maps as a runtime's: throttling 503, a store that refuses or
 holds values that are not of the declared type 502, the deadline 504. In Lambda each lookup
-writes one log line that is also an EMF record, `LookupCalls` and `LookupErrors` (a store that
-failed: 5xx), which the observability stack alarms on as a rate.
+writes one log line that is also an EMF record (`sluice.runtimes.lookup_reports`).
 
 A lookup with a cache time to live (`ttl`: its `cache_ttl_s`, else the operator's default, at
 most its `max_age_s`) serves rows whose entity it read within that time from the feature cache
@@ -46,14 +45,13 @@ from sluice.domain.errors import (
     SluiceError,
 )
 from sluice.inline import timeout
-from sluice.observability import get_logger
-from sluice.observability.formatter import log_info
 from sluice.runtimes.feature_stores import (
     DynamoStore,
     Found,
     SageMakerStore,
     SqliteStore,
 )
+from sluice.runtimes.lookup_reports import Looked, log_lookup
 from sluice.runtimes.lookup_values import (
     Values,
     coded_entities,
@@ -95,21 +93,6 @@ class _Reading(NamedTuple):
     key_names: tuple[str, ...]
     features: tuple[str, ...]
     ttl: float
-
-
-class Looked(NamedTuple):
-    """A lookup's outputs, its store calls, and the rows the feature cache answered and those
-    whose entity was read from the store (None, None: not cached)."""
-
-    outputs: dict[str, np.ndarray]
-    store_calls: int
-    cache_hits: int | None = None
-    cache_misses: int | None = None
-
-    def report(self, step: str, ms: float) -> dict[str, Any]:
-        """The step's line in the answer's `steps`."""
-        out = {"name": step, "kind": "lookup", "latency_ms": round(ms, 3), "store_calls": self.store_calls}
-        return out if self.cache_hits is None else out | {"cache_hits": self.cache_hits, "cache_misses": self.cache_misses}
 
 
 class LookupSteps:
@@ -210,19 +193,7 @@ class LookupSteps:
         return looked.outputs, looked.store_calls
 
     def _report(self, node: Lookup, tenant: str, looked: Looked | None, *, failed: bool) -> None:
-        cached = looked is not None and looked.cache_hits is not None
-        fields: dict[str, Any] = {"tenant": tenant, "store": node.store, "table": node.table, "store_calls": looked.store_calls if looked else 0}
-        fields["LookupCalls"], fields["LookupErrors"] = 1.0, float(failed)
-        if cached:
-            fields["LookupCacheHits"], fields["LookupCacheMisses"] = float(looked.cache_hits or 0), float(looked.cache_misses or 0)  # type: ignore[union-attr]
-        meta = self._emf_meta.get(cached)
-        if meta is None:  # the record's metadata, built once per shape (cached or not)
-            from sluice.observability.telemetry import emf
-
-            names = ("LookupCalls", "LookupErrors", *(("LookupCacheHits", "LookupCacheMisses") if cached else ()))
-            meta = self._emf_meta[cached] = emf(self.metrics_namespace, [[]], dict.fromkeys(names, (0.0, "Count")))["CloudWatchMetrics"]  # type: ignore[arg-type]
-        fields["_aws"] = {"Timestamp": int(time.time() * 1000), "CloudWatchMetrics": meta}
-        log_info(get_logger(), "lookup", fields)
+        log_lookup(self.metrics_namespace, self._emf_meta, node, tenant, looked, failed=failed)
 
     async def lookup(
         self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], *, timeout_s: float, reports: list[tuple[Lookup, Looked]] | None = None
