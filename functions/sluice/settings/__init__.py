@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sluice.settings.admission import AdmissionSettings, AuthSettings, WebSocketSettings
 from sluice.settings.follows import FollowSettings
 from sluice.settings.functions import FunctionSettings
 from sluice.settings.jobs import (
@@ -40,8 +41,6 @@ from sluice.settings.process import (
     refusal,
 )
 from sluice.settings.serving import (
-    AdmissionSettings,
-    AuthSettings,
     LimitSettings,
     OnnxSettings,
     PredictionCacheSettings,
@@ -49,7 +48,6 @@ from sluice.settings.serving import (
     ServeSettings,
     SnapStartSettings,
     UploadSettings,
-    WebSocketSettings,
 )
 
 __all__ = [
