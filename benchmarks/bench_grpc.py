@@ -1,7 +1,7 @@
 """The Open Inference Protocol over HTTP and gRPC: sluice (`sluice serve --workers 2
 --grpc-port`, every worker serving both) against the local Triton serving the same ONNX files
 through the same protocol (its python backend with ONNX Runtime, as many instances as sluice
-has workers).
+has workers), and sluice's gRPC against grpcio's floor.
 
 Requests per second at 1, 8 and 32 concurrent clients, each client on a connection of its own,
 closed loop: HTTP by `benchmarks.loadgen` (the same v2 JSON body to both servers), gRPC by
@@ -9,6 +9,13 @@ closed loop: HTTP by `benchmarks.loadgen` (the same v2 JSON body to both servers
 sends it). Two models: one row of the diabetes MLP (the protocol's overhead) and a 1 MiB FP32
 tensor summed by a one-node model (the bytes' cost, gRPC only). The subjects take turns going
 first in each repeat. The load generators run on the same two cores as the servers.
+
+The floor (`benchmarks.peers.grpc_floor`, the diabetes row only): as many grpcio asyncio
+servers as sluice has workers, on one port as sluice's are, answering every `ModelInfer` with
+fixed bytes and doing nothing else. Its CPU per call is the transport's own, which no server
+built on grpcio spends less than; its req/s, the most such a server reaches. Figures: sluice
+gRPC against it (req/s, CPU per call at 8 clients), and it against sluice's HTTP (req/s at 8
+and 32 clients: the ceiling any grpcio server has there). References, with no goals.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -32,6 +40,7 @@ from benchmarks.common import (
     figure,
     free_port,
     server,
+    stop_group,
     tree_cpu_s,
 )
 
@@ -118,6 +127,27 @@ def _sluice() -> Iterator[tuple[str, str, dict[str, str], int]]:
         yield f"http://127.0.0.1:{port}", address, {"authorization": f"Bearer {(HOME / 'admin-key').read_text().strip()}"}, proc.pid
 
 
+@contextlib.contextmanager
+def _floor() -> Iterator[tuple[str, int]]:
+    """(gRPC address, pid) of `benchmarks.peers.grpc_floor` with sluice's number of workers,
+    once it says every worker listens."""
+    port = free_port()
+    log = WORK / "grpc-floor.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    command = [PYTHON, "-m", "benchmarks.peers.grpc_floor", "--port", str(port), "--workers", str(WORKERS)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=bench_env(), cwd=REPO, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while f"ready {port}" not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the grpcio floor did not start: {log.read_text(errors='replace')[-1000:]}")
+            time.sleep(0.1)
+        yield f"127.0.0.1:{port}", proc.pid
+    finally:
+        stop_group(proc)
+
+
 def _array(model: str) -> np.ndarray:
     rng = np.random.default_rng(0)
     return rng.normal(0, 0.05, (1, 10)).astype(np.float32) if model == "diabetes" else rng.random((1, MIB_VALUES), dtype=np.float32)
@@ -170,16 +200,25 @@ def run(quick: bool) -> dict[str, Any]:
     container = _prepare()
     cells = [(model, clients) for clients in CLIENTS for model in ("diabetes",)] + [("mib", c) for c in MIB_CLIENTS]
     results: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
-    with _triton(container) as (triton_http, triton_grpc, triton_pid), _sluice() as (sluice_http, sluice_grpc, key, sluice_pid):
-        where = {"sluice": (sluice_http, sluice_grpc, key, sluice_pid), "triton": (triton_http, triton_grpc, {}, triton_pid)}
-        for name in where:
+    with (
+        _triton(container) as (triton_http, triton_grpc, triton_pid),
+        _sluice() as (sluice_http, sluice_grpc, key, sluice_pid),
+        _floor() as (floor_grpc, floor_pid),
+    ):
+        # The floor is sent sluice's key too (and ignores it): the same bytes on the wire.
+        where = {
+            "sluice": (sluice_http, sluice_grpc, key, sluice_pid),
+            "triton": (triton_http, triton_grpc, {}, triton_pid),
+            "floor": ("", floor_grpc, key, floor_pid),
+        }
+        for name in ("sluice", "triton"):
             _check_http(where[name][0], where[name][2])
         for i in range(repeats):
-            servers = ("sluice", "triton") if i % 2 == 0 else ("triton", "sluice")
             for model, clients in cells:
                 protocols = ("grpc",) if model == "mib" else ("http", "grpc")
                 for protocol in protocols if i % 2 == 0 else tuple(reversed(protocols)):
-                    for who in servers:
+                    servers = ("sluice", "triton", "floor") if protocol == "grpc" and model == "diabetes" else ("sluice", "triton")
+                    for who in servers if i % 2 == 0 else tuple(reversed(servers)):
                         got = _measure((who, protocol), where, model, clients, duration_s)
                         results.setdefault((who, protocol, model, clients), []).append(got)
     return {
@@ -194,6 +233,11 @@ def run(quick: bool) -> dict[str, Any]:
             "Server CPU per request (the server's process tree, user + system, over the requests answered) is the steadier "
             "figure on a loaded machine: there req/s also follows how many threads each server runs (Triton's C++ "
             "front end and backend stubs, gRPC's event-engine threads), since the kernel shares the cores by thread.",
+            f"grpcio floor: {WORKERS} processes of grpcio's asyncio server on one port, as sluice's workers are (uvloop, "
+            "sluice's message limits), answering every ModelInfer with the same fixed bytes: no message read, no key, "
+            "no model. What it spends on a call is grpcio's own, the least any Python server built on grpcio spends; "
+            "what sluice's gRPC spends beyond it is sluice's. Its req/s against sluice's HTTP is the most any grpcio "
+            "server could reach there. References, with no goals.",
         ],
         "runs": {"|".join(map(str, k)): v for k, v in results.items()},
     }
@@ -251,6 +295,29 @@ def _figures(results: dict[tuple[str, str, str, int], list[dict[str, Any]]]) -> 
         figures.append(figure(
             f"protocols.mib.p50.c{clients}", f"gRPC, 1 MiB FP32 tensor: p50, {clients} client(s)", "µs", "sluice", p50,
             reference="Triton", ref_values=ref,
+        ))  # fmt: skip
+    return figures + _floor_figures(results)
+
+
+def _floor_figures(results: dict[tuple[str, str, str, int], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The transport's own share: references, no goals."""
+    figures = []
+    for clients in CLIENTS:
+        figures.append(figure(
+            f"protocols.grpc_floor.c{clients}", f"sluice gRPC vs a grpcio server doing no work, 1 row: req/s, {clients} client(s)",
+            "req/s", "sluice gRPC", _rps(results, "sluice", "grpc", "diabetes", clients), reference="grpcio floor",
+            ref_values=_rps(results, "floor", "grpc", "diabetes", clients), better="higher",
+        ))  # fmt: skip
+    figures.append(figure(
+        "protocols.grpc_floor.cpu", "sluice gRPC vs a grpcio server doing no work, 1 row: server CPU per request, 8 clients",
+        "µs", "sluice gRPC", _cpu(results, "sluice", "grpc", "diabetes", 8), reference="grpcio floor",
+        ref_values=_cpu(results, "floor", "grpc", "diabetes", 8),
+    ))  # fmt: skip
+    for clients in CLIENTS[1:]:
+        figures.append(figure(
+            f"protocols.grpc_floor_vs_http.c{clients}", f"grpcio doing no work vs sluice HTTP, 1 row: req/s, {clients} clients",
+            "req/s", "grpcio floor", _rps(results, "floor", "grpc", "diabetes", clients), reference="sluice HTTP",
+            ref_values=_rps(results, "sluice", "http", "diabetes", clients), better="higher",
         ))  # fmt: skip
     return figures
 
