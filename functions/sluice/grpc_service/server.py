@@ -6,6 +6,7 @@ its container, all on the one port (`share_port`: `sluice.cli.grpc_workers`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 
     import grpc.aio
 
-    from sluice.services.admission import Capacity
+    from sluice.grpc_service.service import Caller
     from sluice.wiring import Container
 
 
@@ -39,139 +40,174 @@ async def start(container: Container, host: str, port: int, *, share_port: bool 
     from sluice.grpc_service.service import InferenceService
 
     settings = container.settings
-    server = grpc.aio.server(
-        options=options(settings.limits.max_request_bytes, settings.limits.max_response_bytes, share_port=share_port),
-        interceptors=[key_first(container)],
-    )
-    add_service(InferenceService(container), server)
+    server = grpc.aio.server(options=options(settings.limits.max_request_bytes, settings.limits.max_response_bytes, share_port=share_port))
+    add_service(InferenceService(container), server, Guard(container))
     bound = server.add_insecure_port(f"{host}:{port}")
     await server.start()
     return server, bound
 
 
-PUBLIC = frozenset(f"/inference.GRPCInferenceService/{m}" for m in ("ServerLive", "ServerReady", "ServerMetadata"))
+PUBLIC = frozenset(("ServerLive", "ServerReady", "ServerMetadata"))  # the service's methods that take no key
+
+
+class Guard:
+    """Each RPC's rules as its call opens, before its message is read, wrapped around the
+    service's handlers once, when they are registered (no interceptor: nothing more is
+    built per call):
+
+    - a call without a working key is refused at once (UNAUTHENTICATED): a caller with no key
+      holds none of the worker's calls (calls opened with no message, or none ever sent, kept
+      every tenant's gRPC out). The key is read as the HTTP edge reads it (recently checked
+      ones from memory); a unary call's handler takes the caller found here (`CALLER`), a
+      stream reads the key again as it opens (what it checks later counts from that read);
+    - a keyed call is one of the worker's calls (`SLUICE_GRPC_MAX_CONCURRENT_RPCS`, a tenant
+      held to its share while another wants room: RESOURCE_EXHAUSTED past either) from the
+      moment it opens to its end;
+    - a unary call's message is given the HTTP body's `SLUICE_BODY_TIMEOUT_S` to arrive: past
+      it, DEADLINE_EXCEEDED. So a call waiting for its message holds its tenant's slots only,
+      and not for long (grpcio would read the message of a unary call, however long it took,
+      before any handler ran). The public calls (liveness, readiness, the server's metadata)
+      take no key and no slot, only this wait.
+    """
+
+    def __init__(self, container: Container) -> None:
+        from sluice.services.admission import Capacity
+
+        settings = container.settings
+        limit = settings.serve.grpc_max_concurrent_rpcs
+        self.keys = container.keys
+        self.calls = Capacity(limit, settings.admission.tenant_share, what="gRPC calls") if limit else None
+        self.wait_s = settings.limits.body_timeout_s
+
+    def wrap(self, method: str, handler: Any) -> Any:
+        """`handler` (unary, or streamed both ways) under the rules, run as its call opens."""
+        import grpc
+
+        public = method in PUBLIC
+        if handler.request_streaming:  # grpcio runs it as the call opens; messages come when they come
+
+            async def streamed(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                tenant = ANONYMOUS if public else (await self._caller(context))[0].tenant
+                await self._enter(context, tenant)
+                try:
+                    # The service's stream closed with this one (a cancelled call's is closed
+                    # when it is finalized), not left to be finalized on its own later.
+                    async with contextlib.aclosing(handler.stream_stream(requests, context)) as answers:
+                        async for answer in answers:
+                            yield answer
+                finally:
+                    self._leave(tenant)
+
+            return handler._replace(stream_stream=streamed)
+
+        async def unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            from sluice.grpc_service.service import CALLER
+
+            caller = None if public else await self._caller(context)
+            tenant = ANONYMOUS if caller is None else caller[0].tenant
+            await self._enter(context, tenant)
+            try:
+                request = await self._read(context)
+                said = CALLER.set(caller)  # the handler runs in this task, in this context
+                try:
+                    return await handler.unary_unary(request, context)
+                finally:
+                    CALLER.reset(said)
+            finally:
+                self._leave(tenant)
+
+        # Read as a stream of one message: grpcio runs such a handler as the call opens.
+        return grpc.stream_unary_rpc_method_handler(
+            unary, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+        )
+
+    async def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
+        """The call's principal and metadata (keys lowercased, text values only); a call
+        without a working key is ended UNAUTHENTICATED here."""
+        import grpc
+
+        from sluice.api.deps import _bearer
+        from sluice.domain.errors import SluiceError
+        from sluice.grpc_service.service import GRPC_MISSING_KEY, status_of
+
+        metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        key = _bearer(metadata)  # type: ignore[arg-type]
+        if not key:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, GRPC_MISSING_KEY)
+        principal = self.keys.cached(key)
+        if principal is None:
+            try:
+                principal = await asyncio.to_thread(self.keys.authenticate, key)
+            except SluiceError as exc:  # a key that does not work; a registry that does not answer
+                code, message, trailer = status_of(exc)
+                await context.abort(code, message, trailing_metadata=trailer)
+        return principal, metadata
+
+    async def _enter(self, context: grpc.aio.ServicerContext, tenant: str) -> None:
+        """One more of the worker's calls for `tenant` (none counted for the public calls)."""
+        if self.calls is None or tenant == ANONYMOUS:
+            return
+        import grpc
+
+        from sluice.domain.errors import SluiceError
+        from sluice.grpc_service.service import status_of
+
+        try:
+            self.calls.enter(tenant)
+        except SluiceError as exc:
+            _, message, trailer = status_of(exc)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message, trailing_metadata=trailer)
+
+    def _leave(self, tenant: str) -> None:
+        if self.calls is not None and tenant != ANONYMOUS:
+            self.calls.leave(tenant)
+
+    async def _read(self, context: grpc.aio.ServicerContext) -> Any:
+        """A unary call's message, parsed as it is read (`add_service`), within `wait_s`."""
+        import grpc
+
+        from sluice.domain.errors import SluiceError
+        from sluice.grpc_service.service import status_of
+
+        task = asyncio.current_task()
+        assert task is not None  # grpcio runs each call's handler in a task of its own
+        cancelling, expired = task.cancelling(), False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            task.cancel()
+
+        timer = asyncio.get_running_loop().call_later(self.wait_s, expire)
+        try:
+            request = await context.read()
+        except asyncio.CancelledError:
+            # Cancelled by the timer alone (as `asyncio.timeout` tells): the message is late.
+            # A cancellation of the call itself goes on as it is.
+            if not expired or task.uncancel() > cancelling:
+                raise
+            request = None
+        except SluiceError as exc:  # no such message: `wire.not_a`
+            code, message, trailer = status_of(exc)
+            await context.abort(code, message, trailing_metadata=trailer)
+        finally:
+            timer.cancel()
+        if request is None:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"the request message did not arrive within {self.wait_s:g} s")
+        if request is grpc.aio.EOF:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without its request message")
+        return request
 
 
 ANONYMOUS = ""  # the public calls' tenant: no tenant's name is empty
 
 
-def key_first(container: Container) -> Any:
-    """An interceptor that refuses a call without a working key as it opens (UNAUTHENTICATED),
-    before its message is read, and bounds the rest (`bounded`): a caller with no key holds
-    none of the worker's calls (calls opened with no message, or none ever sent, kept every
-    tenant's gRPC out). A key is read as the HTTP edge reads it (recently checked ones from
-    memory); the service checks it again as its call runs."""
-    import asyncio
-
-    import grpc
-    import grpc.aio
-
-    from sluice.api.deps import _bearer
-    from sluice.domain.errors import Unauthenticated
-    from sluice.grpc_service.service import GRPC_MISSING_KEY
-    from sluice.services.admission import Capacity
-
-    def refusal(message: str) -> Any:
-        async def refuse(requests: Any, context: grpc.aio.ServicerContext) -> None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-
-        # Streamed both ways whatever the method: the answer goes without reading a message.
-        return grpc.stream_stream_rpc_method_handler(refuse)
-
-    missing = refusal(GRPC_MISSING_KEY)
-    keys = container.keys
-    settings = container.settings
-    limit = settings.serve.grpc_max_concurrent_rpcs
-    calls = Capacity(limit, settings.admission.tenant_share, what="gRPC calls") if limit else None
-    wait_s = settings.limits.body_timeout_s
-
-    class KeyFirst(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-        async def intercept_service(self, continuation: Any, details: Any) -> Any:
-            if details.method in PUBLIC:  # no key, no tensor: none of the worker's calls, only the message's wait
-                return bounded(await continuation(details), ANONYMOUS, None, wait_s)
-            metadata = {k.lower(): v for k, v in (details.invocation_metadata or ()) if isinstance(v, str)}
-            key = _bearer(metadata)  # type: ignore[arg-type]
-            if not key:
-                return missing
-            principal = keys.cached(key)
-            if principal is None:
-                try:
-                    principal = await asyncio.to_thread(keys.authenticate, key)
-                except Unauthenticated as exc:
-                    return refusal(exc.message)
-            return bounded(await continuation(details), principal.tenant, calls, wait_s)
-
-    return KeyFirst()
-
-
-def bounded(handler: Any, tenant: str, calls: Capacity | None, wait_s: float) -> Any:
-    """`handler`, its call one of the worker's `calls` (`SLUICE_GRPC_MAX_CONCURRENT_RPCS`, a
-    tenant held to its share while another wants room: RESOURCE_EXHAUSTED past either) from
-    the moment it opens to its end, and a call of one message given `wait_s` (the HTTP body's
-    `SLUICE_BODY_TIMEOUT_S`) for it to arrive: past it, DEADLINE_EXCEEDED. So a call waiting
-    for its message holds its tenant's slots only, and not for long (grpcio would read the
-    message of a unary call, however long it took, before any handler ran)."""
-    import grpc
-
-    from sluice.domain.errors import SluiceError
-    from sluice.grpc_service.service import status_of
-    from sluice.inline import timeout
-
-    if handler is None:  # no such method: grpcio answers UNIMPLEMENTED
-        return None
-
-    @contextlib.asynccontextmanager
-    async def slot(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
-        if calls is None:
-            yield
-            return
-        try:
-            calls.enter(tenant)
-        except SluiceError as exc:
-            _, message, trailer = status_of(exc)
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message, trailing_metadata=trailer)
-        try:
-            yield
-        finally:
-            calls.leave(tenant)
-
-    # The service's methods are unary, or streamed both ways.
-    if handler.request_streaming:  # grpcio runs it as the call opens; messages come when they come
-
-        async def streamed(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            # The service's stream closed with this one (a cancelled call's is closed when it
-            # is finalized), not left to be finalized on its own later.
-            async with slot(context), contextlib.aclosing(handler.stream_stream(requests, context)) as answers:
-                async for answer in answers:
-                    yield answer
-
-        return handler._replace(stream_stream=streamed)
-
-    async def unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-        async with slot(context):
-            try:
-                async with timeout(wait_s):
-                    request = await context.read()  # parsed as it is read (`add_service`)
-            except TimeoutError:
-                await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"the request message did not arrive within {wait_s:g} s")
-            except SluiceError as exc:  # no such message: `wire.not_a`
-                code, message, trailer = status_of(exc)
-                await context.abort(code, message, trailing_metadata=trailer)
-            if request is grpc.aio.EOF:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without its request message")
-            return await handler.unary_unary(request, context)
-
-    # Read as a stream of one message: grpcio runs such a handler as the call opens.
-    return grpc.stream_unary_rpc_method_handler(
-        unary, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
-    )
-
-
-def add_service(servicer: Any, server: grpc.aio.Server) -> None:
+def add_service(servicer: Any, server: grpc.aio.Server, guard: Guard | None = None) -> None:
     """The service's RPCs as tritonclient's compiled stubs declare them, their requests read
     so that bytes which are no such message are INVALID_ARGUMENT (`wire.not_a`), on every RPC;
     and inference (unary and streamed), whose requests and answers are read and written around
-    their tensors' bytes (`sluice.grpc_service.wire`)."""
+    their tensors' bytes (`sluice.grpc_service.wire`). `guard`: every RPC under its rules,
+    as its call opens (`Guard`)."""
     import grpc
     from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
@@ -195,6 +231,8 @@ def add_service(servicer: Any, server: grpc.aio.Server) -> None:
     handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
         servicer.ModelStreamInfer, request_deserializer=read_infer_request, response_serializer=write_stream_response
     )
+    if guard is not None:
+        handlers = {name: guard.wrap(name, handler) for name, handler in handlers.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(declared.service, handlers),))
     server.add_registered_method_handlers(declared.service, handlers)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -67,6 +68,11 @@ CODES = {
     504: Code.DEADLINE_EXCEEDED,
 }
 INTERNAL = "internal error; it has been logged"
+Caller = tuple["Principal", dict[str, str]]
+# A unary call's caller and metadata, as the server authenticated them when the call opened
+# (`sluice.grpc_service.server.Guard`, which sets it for the handler's run in the call's own
+# task): the key is read once a call. None where the server did not (a public RPC, a stream).
+CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("sluice_grpc_caller", default=None)
 GRPC_MISSING_KEY = "missing API key: send 'authorization: Bearer <key>' or 'x-api-key: <key>' metadata"
 
 
@@ -120,7 +126,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self.rate_limit = RateLimit.from_settings(container.settings.admission)
 
     async def _authenticated(self, context: ServicerContext) -> tuple[Principal, dict[str, str]]:
-        """The authenticated caller and its metadata (keys lowercased, text values only)."""
+        """The authenticated caller and its metadata (keys lowercased, text values only): as
+        the server found them as a unary call opened (`CALLER`), else read here."""
+        caller = CALLER.get()
+        if caller is not None:
+            return caller
         metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         try:
             principal = await authenticate({}, metadata, self.container)  # type: ignore[arg-type]
