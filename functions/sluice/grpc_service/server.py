@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     import grpc.aio
 
-    from sluice.grpc_service.service import Caller
+    from sluice.domain import Principal
     from sluice.wiring import Container
 
 
@@ -58,7 +58,8 @@ class Guard:
     - a call without a working key is refused at once (UNAUTHENTICATED): a caller with no key
       holds none of the worker's calls (calls opened with no message, or none ever sent, kept
       every tenant's gRPC out). The key is read as the HTTP edge reads it (recently checked
-      ones from memory); a unary call's handler takes the caller found here (`CALLER`), a
+      ones from memory); a unary call's handler takes the caller found here (`CALLER`), the
+      key looked at again once the message has come (a key revoked meanwhile is refused); a
       stream reads the key again as it opens (what it checks later counts from that read);
     - a keyed call is one of the worker's calls (`SLUICE_GRPC_MAX_CONCURRENT_RPCS`, a tenant
       held to its share while another wants room: RESOURCE_EXHAUSTED past either) from the
@@ -108,7 +109,9 @@ class Guard:
             await self._enter(context, tenant)
             try:
                 request = await self._read(context)
-                said = CALLER.set(caller)  # the handler runs in this task, in this context
+                if caller is not None and self.keys.cached(caller[2]) is None:  # a key revoked while its message came
+                    caller = await self._caller(context)
+                said = CALLER.set(caller[:2] if caller is not None else None)  # the handler runs in this task, in this context
                 try:
                     return await handler.unary_unary(request, context)
                 finally:
@@ -121,13 +124,13 @@ class Guard:
             unary, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
         )
 
-    async def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
-        """The call's principal and metadata (keys lowercased, text values only); a call
-        without a working key is ended UNAUTHENTICATED here."""
+    async def _caller(self, context: grpc.aio.ServicerContext) -> tuple[Principal, dict[str, str], str]:
+        """The call's principal, metadata (keys lowercased, text values only) and key; a call
+        without a working key is ended UNAUTHENTICATED here (a registry that cannot tell,
+        UNAVAILABLE)."""
         import grpc
 
         from sluice.api.deps import _bearer
-        from sluice.domain.errors import SluiceError
         from sluice.grpc_service.service import GRPC_MISSING_KEY, status_of
 
         metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
@@ -138,10 +141,10 @@ class Guard:
         if principal is None:
             try:
                 principal = await asyncio.to_thread(self.keys.authenticate, key)
-            except SluiceError as exc:  # a key that does not work; a registry that does not answer
+            except Exception as exc:  # a key that does not work; a registry that does not answer (`status_of` logs the unexpected)
                 code, message, trailer = status_of(exc)
                 await context.abort(code, message, trailing_metadata=trailer)
-        return principal, metadata
+        return principal, metadata, key
 
     async def _enter(self, context: grpc.aio.ServicerContext, tenant: str) -> None:
         """One more of the worker's calls for `tenant` (none counted for the public calls)."""

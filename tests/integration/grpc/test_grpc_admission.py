@@ -206,6 +206,36 @@ def test_a_call_whose_message_does_not_arrive_in_time_is_cut_off(served: Contain
             stop.set()
 
 
+def test_a_call_whose_key_is_revoked_while_its_message_comes_is_refused(served: Container, acme: Principal) -> None:
+    """A unary call opened with a working key, whose key is revoked before its message has
+    come, is refused (UNAUTHENTICATED) as a call opened after the revocation is."""
+    import threading
+
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+
+    from sluice.services.keys import split_key
+
+    _, key = served.keys.create("acme", ["predict"])
+    request = pb.ModelInferRequest(model_name="iris")
+    request.inputs.add(name="input", datatype="FP32", shape=[1, 4])
+    request.raw_input_contents.append(np.asarray([[6.7, 3.0, 5.2, 2.3]], dtype=np.float32).tobytes())
+    revoked = threading.Event()
+
+    def late() -> Any:  # the call opens now; its message comes once the key is revoked
+        revoked.wait()
+        yield request.SerializeToString()
+
+    with run_server(served) as url, grpc.insecure_channel(url) as channel:
+        assert _infer_iris(url, key).as_numpy("output_label").tolist() == [b"virginica"]  # the key works, and is in memory
+        call = _opener(channel).future(late(), metadata=tuple(auth(key).items()))
+        time.sleep(0.3)  # the call is open, waiting for its message
+        served.keys.revoke(acme, split_key(key) or "")
+        revoked.set()
+        failed = call.exception(timeout=10)
+        assert failed is not None and failed.code() == grpc.StatusCode.UNAUTHENTICATED, failed  # type: ignore[union-attr]
+
+
 def test_public_calls_held_open_without_a_key_take_none_of_the_workers_calls(served: Container, keys: dict[str, str]) -> None:
     """ServerLive, ServerReady and ServerMetadata need no key: held open in any number, their
     message never sent, they leave every call of the worker to the tenants with keys."""
