@@ -161,6 +161,21 @@ PEERS = {
 }
 
 
+def latency_notes(where: str, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """A note for each subject whose load generator's latencies failed Little's law
+    (`loadgen.run_wrk`'s `latency_ok`): its p50 and p99 there are not its requests' latencies."""
+    notes = []
+    for who, results in runs.items():
+        bad = [r["latency_occupancy"] for r in results if r.get("latency_ok") is False]
+        if bad:
+            notes.append(
+                f"{where}, {who}: wrk's latencies exceed what its own counts allow (requests/s x mean latency / "
+                f"connections = {max(bad):.2f}, at most 1) in {len(bad)} of {len(results)} runs: its p50 and p99 there "
+                "are not the requests' latencies."
+            )
+    return notes
+
+
 def measured(url: str, body: bytes, headers: dict[str, str], connections: int, duration_s: int, pid: int) -> dict[str, Any]:
     """One load, with the CPU time the server's processes spent on it per request answered."""
     before = tree_cpu_s(pid)
@@ -212,6 +227,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                                 for who in rotate(list(targets), r):
                                     url, headers, pid = targets[who]
                                     runs[who].append(measured(url, body, headers, conc, duration, pid))
+                            notes += latency_notes(f"{name}, {conc} conn", runs)
                             for who, tag in reversed(tags.items()):  # the batched service's figures first
                                 prefix, where = f"peers.{peer}.{name}.c{conc}{tag}", f"{name}, {conc} conn"
                                 figures += throughput_figures(prefix, where, runs[who], who, runs[peer], label, goal if tag else None)

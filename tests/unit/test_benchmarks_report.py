@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from benchmarks.common import Goal, figure, percentile, rotate, spread
-from benchmarks.loadgen import _lua_string
+from benchmarks.loadgen import LITTLE_SLACK, _lua_string, latency_occupancy
 from benchmarks.report import DOC_SECTIONS, SLOTS, section, to_markdown
 from benchmarks.run import _as_section, fill_slots
 
@@ -122,3 +122,20 @@ def test_the_two_worker_goal_is_the_machine_s_second_thread() -> None:
     rows = SIZES[0]
     results = {(rows, "ort1"): [(1.0, 0, 0), (1.2, 0, 0), (0.8, 0, 0)], (rows, "ort2"): [(0.9, 0, 0), (0.95, 0, 0), (1.1, 0, 0)]}
     assert abs(second_thread_gain(results) - (rows / 0.95) / (rows / 1.0)) < 1e-9  # medians of each
+
+
+def test_latencies_longer_than_the_requests_counted_allow_are_flagged() -> None:
+    """Little's law: 8 closed loops answering 8,000 requests a second can have kept each
+    request 1 ms on average, no longer; wrk's figures past that are not latencies."""
+    from benchmarks.peerbench import latency_notes
+
+    assert latency_occupancy(16_000, 2.0, 1000.0, 8) == pytest.approx(1.0)
+    assert latency_occupancy(16_000, 2.0, 1700.0, 8) == pytest.approx(1.7)
+    assert latency_occupancy(16_000, 2.0, 1700.0, 8) > LITTLE_SLACK >= latency_occupancy(16_000, 2.0, 1000.0, 8)
+    runs = {
+        "sluice": [{"latency_occupancy": 1.7, "latency_ok": False}, {"latency_occupancy": 0.98, "latency_ok": True}],
+        "peer": [{"latency_occupancy": 0.99, "latency_ok": True}],
+        "python generator": [{"p99_us": 400.0}],  # no such check: no note
+    }
+    (note,) = latency_notes("diabetes, 8 conn", runs)
+    assert note.startswith("diabetes, 8 conn, sluice:") and "1.70" in note and "1 of 2 runs" in note
