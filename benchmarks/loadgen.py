@@ -39,17 +39,19 @@ end
 """
 
 
-LITTLE_SLACK = 1.15  # rps x mean latency / connections past which wrk's latencies are not the requests'
+LITTLE_SLACK = 1.15  # rps x mean latency / connections past which wrk's percentiles carry its correction
 
 
 def latency_occupancy(requests: int, wall_s: float, mean_us: float, connections: int) -> float:
-    """Little's law: `connections` closed loops, each always waiting on one request, answer
-    rps = connections / mean latency, so rps x mean / connections is at most 1 (a little
-    under: the generator's own turn between an answer and the next request). Well above it
-    (`LITTLE_SLACK`), the latencies recorded are longer than the requests counted can have
-    taken: not the requests' latencies. (wrk 4.1's came out 1.7-4.8 against `sluice serve`'s
-    prediction routes on a two-core machine, where a packet capture of the same run showed a
-    p99 of 0.4 ms, and 1.4-6.3 against a bare server answering fixed bytes.)"""
+    """Little's law on a load's own figures: `connections` closed loops, each always waiting on
+    one request, answer rps = connections / mean latency, so rps x mean / connections is at
+    most 1 for the latencies the requests really had. wrk (4.0 and later) adds to its latency
+    histogram, after the run, the requests a closed loop did not send while an answer was late
+    (its correction for coordinated omission: for a latency L, samples at L - i, L - 2i, ...
+    where i is the mean interval between a connection's requests), so that its percentiles are
+    what a stream of requests arriving at that rate would have met. Past `LITTLE_SLACK` those
+    added samples weigh in its percentiles: its p99 says that some answers took far longer
+    than the rest (a few stalls of tens of ms suffice), not that 1% of the requests sent did."""
     return requests / wall_s * mean_us / 1e6 / connections if wall_s > 0 and connections > 0 else 0.0
 
 

@@ -162,16 +162,18 @@ PEERS = {
 
 
 def latency_notes(where: str, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """A note for each subject whose load generator's latencies failed Little's law
-    (`loadgen.run_wrk`'s `latency_ok`): its p50 and p99 there are not its requests' latencies."""
+    """A note for each subject whose wrk latencies carry wrk's correction for coordinated
+    omission (`loadgen.latency_occupancy` past `LITTLE_SLACK`): its p99 there is set by a few
+    answers far later than the rest, counted as the requests an open stream would have sent
+    meanwhile, not by 1% of the requests sent."""
     notes = []
     for who, results in runs.items():
         bad = [r["latency_occupancy"] for r in results if r.get("latency_ok") is False]
         if bad:
             notes.append(
-                f"{where}, {who}: wrk's latencies exceed what its own counts allow (requests/s x mean latency / "
-                f"connections = {max(bad):.2f}, at most 1) in {len(bad)} of {len(results)} runs: its p50 and p99 there "
-                "are not the requests' latencies."
+                f"{where}, {who}: req/s x mean latency / connections = {max(bad):.2f} (at most 1 for the requests sent) "
+                f"in {len(bad)} of {len(results)} runs: wrk's p50/p99 there carry its correction for coordinated omission, "
+                "a few answers far later than the rest counted as the requests an open stream would have sent meanwhile."
             )
     return notes
 
