@@ -265,12 +265,14 @@ def _ready(app: Any) -> Container:
     loop), a burst's share of them behind. A worker of a home with no such version does not
     import it (a version registered later: its first call does)."""
     from sluice.api.deps import container_of
+    from sluice.startup import settled
 
     container = container_of(app)
     if container.registry.uses_runtime("triton"):
         from sluice.runtimes.triton_http import preload
 
         preload()
+    settled()  # what start-up made, out of the collector's passes from now on
     return container
 
 
