@@ -26,7 +26,6 @@ from typing import Any
 from benchmarks import loadgen
 from benchmarks.common import rotate, tree_cpu_s
 from benchmarks.httpbench import check_once, loaded, sluice_process
-from benchmarks.peerbench import latency_notes
 from benchmarks.prepare import MODELS, api_key, batched, prepare, v2_body
 
 
@@ -139,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
                     "cpu_us": {who: [round(x["cpu_us"]) for x in v] for who, v in runs.items()},
                     "errors": {who: sum(x["errors"] for x in v) for who, v in runs.items()},
                     "non_2xx": {who: sum(x["non_2xx"] for x in v) for who, v in runs.items()},
-                    "latency_notes": latency_notes(f"{name}, {conc} conn", runs),
+                    "latency_notes": loadgen.latency_notes(f"{name}, {conc} conn", runs),
                 }  # fmt: skip
                 out.append(row)
                 for note in row["latency_notes"]:

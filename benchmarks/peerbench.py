@@ -41,6 +41,7 @@ from benchmarks.common import (
     tree_cpu_s,
 )
 from benchmarks.httpbench import LOGS, check_once, loaded, sluice_process, throughput_figures
+from benchmarks.loadgen import latency_notes
 from benchmarks.prepare import BATCHING, HOME, MODELS, TENANT, api_key, batched, v2_body
 
 if TYPE_CHECKING:
@@ -159,23 +160,6 @@ PEERS = {
     "triton": ("Triton (CPU, python backend, dynamic batching)", triton_server, GOAL_VS_TRITON),
     "mlserver": ("MLServer (custom ONNX runtime)", mlserver_server, None),
 }
-
-
-def latency_notes(where: str, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """A note for each subject whose wrk latencies carry wrk's correction for coordinated
-    omission (`loadgen.latency_occupancy` past `LITTLE_SLACK`): its p99 there is set by a few
-    answers far later than the rest, counted as the requests an open stream would have sent
-    meanwhile, not by 1% of the requests sent."""
-    notes = []
-    for who, results in runs.items():
-        bad = [r["latency_occupancy"] for r in results if r.get("latency_ok") is False]
-        if bad:
-            notes.append(
-                f"{where}, {who}: req/s x mean latency / connections = {max(bad):.2f} (at most 1 for the requests sent) "
-                f"in {len(bad)} of {len(results)} runs: wrk's p50/p99 there carry its correction for coordinated omission, "
-                "a few answers far later than the rest counted as the requests an open stream would have sent meanwhile."
-            )
-    return notes
 
 
 def measured(url: str, body: bytes, headers: dict[str, str], connections: int, duration_s: int, pid: int) -> dict[str, Any]:

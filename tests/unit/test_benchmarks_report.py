@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from benchmarks.common import Goal, figure, percentile, rotate, spread
-from benchmarks.loadgen import LITTLE_SLACK, _lua_string, latency_occupancy
+from benchmarks.loadgen import LITTLE_SLACK, _lua_string, latency_notes, latency_occupancy
 from benchmarks.report import DOC_SECTIONS, SLOTS, section, to_markdown
 from benchmarks.run import _as_section, fill_slots
 
@@ -128,8 +128,6 @@ def test_latencies_longer_than_the_requests_counted_allow_are_noted() -> None:
     """Little's law: 8 closed loops answering 8,000 requests a second can have kept each
     request 1 ms on average, no longer; wrk's figures past that carry its correction for
     coordinated omission, and the report says so."""
-    from benchmarks.peerbench import latency_notes
-
     assert latency_occupancy(16_000, 2.0, 1000.0, 8) == pytest.approx(1.0)
     assert latency_occupancy(16_000, 2.0, 1700.0, 8) == pytest.approx(1.7)
     assert latency_occupancy(16_000, 2.0, 1700.0, 8) > LITTLE_SLACK >= latency_occupancy(16_000, 2.0, 1000.0, 8)

@@ -10,10 +10,16 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
+import grpc
+import grpc.aio
+
+from sluice.api.deps import _bearer
+from sluice.domain.errors import SluiceError
+from sluice.grpc_service.service import CALLER, GRPC_MISSING_KEY, InferenceService, status_of
+from sluice.services.admission import Capacity
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-
-    import grpc.aio
 
     from sluice.domain import Principal
     from sluice.wiring import Container
@@ -35,10 +41,6 @@ def options(max_request_bytes: int, max_response_bytes: int, *, share_port: bool
 async def start(container: Container, host: str, port: int, *, share_port: bool = False) -> tuple[grpc.aio.Server, int]:
     """A started server on `host:port` (0: a free port); returns it and the port bound.
     `share_port`: bound with SO_REUSEPORT, beside the other workers' servers on that port."""
-    import grpc.aio
-
-    from sluice.grpc_service.service import InferenceService
-
     settings = container.settings
     server = grpc.aio.server(options=options(settings.limits.max_request_bytes, settings.limits.max_response_bytes, share_port=share_port))
     add_service(InferenceService(container), server, Guard(container))
@@ -72,8 +74,6 @@ class Guard:
     """
 
     def __init__(self, container: Container) -> None:
-        from sluice.services.admission import Capacity
-
         settings = container.settings
         limit = settings.serve.grpc_max_concurrent_rpcs
         self.keys = container.keys
@@ -82,8 +82,6 @@ class Guard:
 
     def wrap(self, method: str, handler: Any) -> Any:
         """`handler` (unary, or streamed both ways) under the rules, run as its call opens."""
-        import grpc
-
         public = method in PUBLIC
         if handler.request_streaming:  # grpcio runs it as the call opens; messages come when they come
 
@@ -102,8 +100,6 @@ class Guard:
             return handler._replace(stream_stream=streamed)
 
         async def unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-            from sluice.grpc_service.service import CALLER
-
             caller = None if public else await self._caller(context)
             tenant = ANONYMOUS if caller is None else caller[0].tenant
             await self._enter(context, tenant)
@@ -128,11 +124,6 @@ class Guard:
         """The call's principal, metadata (keys lowercased, text values only) and key; a call
         without a working key is ended UNAUTHENTICATED here (a registry that cannot tell,
         UNAVAILABLE)."""
-        import grpc
-
-        from sluice.api.deps import _bearer
-        from sluice.grpc_service.service import GRPC_MISSING_KEY, status_of
-
         metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         key = _bearer(metadata)  # type: ignore[arg-type]
         if not key:
@@ -150,11 +141,6 @@ class Guard:
         """One more of the worker's calls for `tenant` (none counted for the public calls)."""
         if self.calls is None or tenant == ANONYMOUS:
             return
-        import grpc
-
-        from sluice.domain.errors import SluiceError
-        from sluice.grpc_service.service import status_of
-
         try:
             self.calls.enter(tenant)
         except SluiceError as exc:
@@ -167,11 +153,6 @@ class Guard:
 
     async def _read(self, context: grpc.aio.ServicerContext) -> Any:
         """A unary call's message, parsed as it is read (`add_service`), within `wait_s`."""
-        import grpc
-
-        from sluice.domain.errors import SluiceError
-        from sluice.grpc_service.service import status_of
-
         task = asyncio.current_task()
         assert task is not None  # grpcio runs each call's handler in a task of its own
         cancelling, expired = task.cancelling(), False
@@ -211,7 +192,6 @@ def add_service(servicer: Any, server: grpc.aio.Server, guard: Guard | None = No
     and inference (unary and streamed), whose requests and answers are read and written around
     their tensors' bytes (`sluice.grpc_service.wire`). `guard`: every RPC under its rules,
     as its call opens (`Guard`)."""
-    import grpc
     from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
     from sluice.grpc_service.wire import (

@@ -24,6 +24,7 @@ time, and API Gateway's usage plans and throttling bound each tenant.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import math
 import time
@@ -43,14 +44,15 @@ RETRY_AFTER_S = 1  # nothing says when a request ends: a second is a polite gues
 CONTENDED_S = 2.0  # a tenant refused for lack of room keeps the others to their shares this long
 
 
-class _Held:
-    """`held(key)`: `enter(key)`, then `leave(key)` however the block ends."""
+class _Held(abc.ABC):
+    """`held(key)`: `enter(key)`, then `leave(key)` however the block ends; a counter says
+    what entering and leaving are (`InFlight`, `Capacity`)."""
 
-    def enter(self, key: str) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def enter(self, key: str) -> None: ...
 
-    def leave(self, key: str) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def leave(self, key: str) -> None: ...
 
     @contextlib.contextmanager
     def held(self, key: str) -> Iterator[None]:
