@@ -145,6 +145,42 @@ def test_the_keeper_writes_for_deployments_with_a_baseline_and_caps_a_window(reg
     assert registry.find_predictions(A, "wine", ["w"], now=t) == {}  # no baseline: not kept
 
 
+def test_a_deployment_found_without_a_baseline_has_nothing_held_until_it_is_looked_at_again(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers of a deployment the last flush found without a baseline are not held for the
+    next flush to leave (at thousands of requests a second they were objects by the hundred
+    thousand for the garbage collector to walk); once that finding is a minute old they are
+    held again, and a baseline set meanwhile has them kept."""
+    from sluice.domain.results import InferenceResult
+    from sluice.domain.signature import Signature, TensorSpec
+    from sluice.monitor import kept
+    from sluice.monitor.kept import PredictionKeeper
+
+    signature = Signature(inputs=(), outputs=(TensorSpec("y", "FP32", (-1,)),))
+    result = InferenceResult({"y": np.array([1.0], np.float32)})
+    t = time.time()
+    keeper = PredictionKeeper(registry, mode="baseline", timed=False, clock=lambda: t)
+    keeper.observe((A, "iris", 1, ""), signature, result, "first", 1)  # not looked at yet: held, and looked at soon
+    keeper.observe((B, "iris", 1, ""), signature, result, "other", 1)
+    registry.put_baseline(B, "iris", {"rows": 0, "columns": {}})  # another tenant's deployment of the same name
+    assert keeper.pending() and not keeper.due()
+    now = time.monotonic()
+    monkeypatch.setattr(kept.time, "monotonic", lambda: now + kept.LOOK_SOON_S)
+    assert keeper.due() and keeper.flush() is True  # a second after the last flush, not thirty
+    keeper.observe((A, "iris", 1, ""), signature, result, "second", 1)
+    assert not keeper.pending()  # found without a baseline a moment ago: nothing held
+    keeper.observe((B, "iris", 1, ""), signature, result, "other-2", 1)
+    monkeypatch.setattr(kept.time, "monotonic", lambda: now + 2 * kept.LOOK_SOON_S)
+    assert keeper.pending() and not keeper.due()  # known to have a baseline: held until the usual flush
+    assert keeper.flush() is True
+    registry.put_baseline(A, "iris", {"rows": 0, "columns": {}})
+    later = now + kept.MONITORED_TTL_S + kept.LOOK_SOON_S + 1
+    monkeypatch.setattr(kept.time, "monotonic", lambda: later)
+    keeper.observe((A, "iris", 1, ""), signature, result, "third", 1)  # the finding is old: held, looked at again soon
+    assert keeper.due() and keeper.flush() is True
+    assert sorted(registry.find_predictions(A, "iris", ["first", "second", "third"], now=t)) == ["third"]
+    assert sorted(registry.find_predictions(B, "iris", ["other", "other-2"], now=t)) == ["other", "other-2"]
+
+
 def test_a_prediction_too_large_to_keep_is_left_alone_and_the_others_are_kept(registry: Registry) -> None:
     """DynamoDB holds 400 KB an item: a 30,000-row answer cannot be kept there. It is counted
     and left, never held to try again, so the requests before and after it keep theirs."""
