@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from sluice.startup import SERVING_YOUNG
+
 REPO = Path(__file__).resolve().parents[2]
 
 # Counts the collector's passes by generation from here on, and prints what it saw at exit.
@@ -113,7 +115,7 @@ def test_a_serve_worker_ready_to_serve_has_its_start_up_frozen(tmp_path: Path) -
         "from sluice.cli.serve import _ready, served_app\n"
         "app = served_app().app\n"
         "_ready(app)\n"
-        "print('LEFT ' + json.dumps({'frozen': gc.get_freeze_count(), 'tracked': len(gc.get_objects())}), file=sys.stderr)\n"
+        "print('LEFT ' + json.dumps({'frozen': gc.get_freeze_count(), 'tracked': len(gc.get_objects()), 'young': gc.get_threshold()[0]}), file=sys.stderr)\n"
     )
     run_env = {k: v for k, v in os.environ.items() if k != "AWS_LAMBDA_FUNCTION_NAME"}
     run_env.update(PYTHONPATH=os.pathsep.join([str(REPO / "functions"), str(REPO)]), SLUICE_HOME=str(tmp_path / "home"), SLUICE_LOG_LEVEL="WARNING")
@@ -123,3 +125,4 @@ def test_a_serve_worker_ready_to_serve_has_its_start_up_frozen(tmp_path: Path) -
     left = json.loads(lines[-1][5:])
     assert left["frozen"] > 30_000, left  # the worker's modules, container and routes
     assert left["tracked"] < left["frozen"] // 10, left  # what a full pass still walks
+    assert left["young"] == SERVING_YOUNG  # requests in flight die young, not in the oldest generation
