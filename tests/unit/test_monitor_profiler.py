@@ -134,3 +134,24 @@ def test_requests_held_for_a_fold_add_nothing_for_the_garbage_collector_to_walk(
     (held,) = recorder._held.values()
     assert held.rows == 5001 and len(held.parts) == 5001
     assert recorder.flush() is True and recorder.registry.records[0][1]["rows"] == 5001  # every one folded
+
+
+def test_a_classifiers_labels_held_for_a_fold_are_held_once_while_they_stay_the_same() -> None:
+    """A classifier answers the same class labels request after request (a new list each time):
+    held once while they do not change, they add nothing per request for the collector either,
+    and a request whose labels differ is held with its own."""
+    import gc
+
+    recorder = ProfileRecorder(Written(), fold_rows=100_000, timed=False)  # type: ignore[arg-type]
+    x, p = np.ones((1, 4), np.float32), np.full((1, 2), 0.5, np.float32)
+    recorder.observe(("t", "d", 1, ""), None, {"x": x}, {"p": p}, {"p": ["a", "b"]}, 1)
+    gc.collect()
+    before = len(gc.get_objects())
+    for _ in range(5000):
+        recorder.observe(("t", "d", 1, ""), None, {"x": x}, {"p": p}, {"p": ["a", "b"]}, 1)
+    recorder.observe(("t", "d", 1, ""), None, {"x": x}, {"p": p}, {"p": ["b", "a"]}, 1)
+    gc.collect()
+    assert len(gc.get_objects()) - before < 50
+    (held,) = recorder._held.values()
+    assert [c["p"] for c in held.parts.classes[-2:]] == [["a", "b"], ["b", "a"]]
+    assert recorder.flush() is True and recorder.registry.records[0][1]["rows"] == 5002

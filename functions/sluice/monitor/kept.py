@@ -8,12 +8,12 @@ statistics timer and at shutdown like profiles', turns the held answers into rec
 writes them to the registry, one per request (`MonitorRegistry.keep_predictions`), each until
 `ttl_s` has passed. Which deployments keep them is `mode`: `baseline` (those with a baseline,
 looked up once a minute per deployment at the flush, never on the request path), `all`, or
-`off`. A request of a deployment the last flush found without a baseline (within that minute)
-is not held at all, and one of a deployment not looked at yet (or over a minute ago) makes the
-keeper due `LOOK_SOON_S` after its last flush rather than `flush_every_s`: at a few thousand
+`off`. Under `baseline` a request of a deployment the keeper found without a baseline when it
+last looked is not held at all (once that finding is a minute old, the next flush looks again),
+and one of a deployment it has never looked at makes it due `LOOK_SOON_S` after its last flush
+rather than `flush_every_s` (after a flush that failed, at `flush_every_s`). At a few thousand
 requests a second, answers held 30 s only to be left at the flush were a few hundred thousand
-objects for the garbage collector to walk (pauses of tens of milliseconds). What is kept and
-what is left are as before, only decided sooner. At most `max_rows` rows per deployment,
+objects for the garbage collector to walk (pauses of tens of milliseconds). At most `max_rows` rows per deployment,
 revision, variant and window are kept by one process; the rest are counted (`not_kept`) and
 left. A record too large for the registry to store ever is counted (`too_large`), logged and
 left; the others are written.
@@ -56,8 +56,13 @@ class PredictionKeeper(timer.Flushed):
         max_rows: int = 100_000,
         timed: bool | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`clock`: wall-clock seconds (the windows); `monotonic`: seconds for the flushes' and
+        the baseline lookups' ages."""
         super().__init__(registry, flush_every_s=flush_every_s, timed=timed)
+        self.monotonic = monotonic
+        self._last_flush = monotonic()
         self.mode = mode
         self.window_s = window_s
         self.ttl_s = ttl_s
@@ -68,18 +73,24 @@ class PredictionKeeper(timer.Flushed):
         self._monitored: dict[tuple[str, str], tuple[bool, float]] = {}
         self.not_kept = 0
         self.too_large = 0  # requests whose record the registry cannot store (DynamoDB's 400 KB item)
-        self._unknown = False  # something held for a deployment whose baseline is not known now
+        self._unknown = False  # something held for a deployment never looked at: looked at soon (`due`)
+        self._failed = False  # the last flush failed: the next comes at `flush_every_s`, not sooner
+        self._recheck: set[tuple[str, str]] = set()  # deployments found without a baseline over a minute ago, requested since
 
     def observe(self, key: Key, signature: Signature, result: InferenceResult, request_id: str | None, rows: int) -> None:
         """One answered request (`key`: tenant, deployment, revision, variant)."""
         if request_id is None or self.mode == "off":
             return
         unknown = False
-        if self.mode == "baseline":  # no baseline a moment ago: the flush would leave it (`_keeps`)
+        if self.mode == "baseline":
             found = self._monitored.get((key[0], key[1]))
-            if found is None or time.monotonic() - found[1] > MONITORED_TTL_S:
-                unknown = True  # looked at soon (`due`)
-            elif not found[0]:
+            if found is None:
+                unknown = True  # never looked at: looked at soon (`due`)
+            elif not found[0]:  # no baseline when last looked at: nothing held
+                if self.monotonic() - found[1] > MONITORED_TTL_S and key[:2] not in self._recheck:
+                    with self._lock:  # a minute old: the next flush looks again
+                        self._recheck.add(key[:2])
+                        self._watched()
                 return
         window = int(self.clock()) // self.window_s * self.window_s
         with self._lock:
@@ -95,21 +106,22 @@ class PredictionKeeper(timer.Flushed):
 
     # Flushing (the timer's interface, `timer.Flushed`) --------------------------------------------
     def pending(self) -> bool:
-        return bool(self._held)
+        return bool(self._held) or bool(self._recheck)
 
     def due(self) -> bool:
-        if not self._held:
+        if not self._held and not self._recheck:
             return False
-        since = time.monotonic() - self._last_flush
-        return since >= self.flush_every_s or (self._unknown and since >= LOOK_SOON_S)
+        since = self.monotonic() - self._last_flush
+        return since >= self.flush_every_s or (self._unknown and not self._failed and since >= LOOK_SOON_S)
 
     def flush(self) -> bool:
         """Write every request held; what the registry refuses is kept for the next flush."""
         with self._flushing:
-            self._last_flush = time.monotonic()
+            self._last_flush = self.monotonic()
             current = int(self.clock()) // self.window_s * self.window_s
             with self._lock:
                 taken, self._held, self._unknown = self._held, [], False
+                recheck, self._recheck = self._recheck, set()
                 self._rows = {k: n for k, n in self._rows.items() if k[1] >= current}
             groups: dict[tuple[str, str], list[tuple[Key, int, str, Signature, InferenceResult]]] = {}
             for entry in taken:
@@ -127,6 +139,15 @@ class PredictionKeeper(timer.Flushed):
                     failed = exc
                     with self._lock:
                         self._held[:0] = entries[: max(0, MAX_HELD - len(self._held))]
+            for tenant, deployment in recheck.difference(groups):  # nothing held: only looked at again
+                try:
+                    with use_tenant(tenant):
+                        self._keeps(tenant, deployment)
+                except Exception as exc:  # looked at again at the next flush
+                    failed = exc
+                    with self._lock:
+                        self._recheck.add((tenant, deployment))
+            self._failed = failed is not None
             if failed is not None:
                 get_logger().warning("kept predictions not written: held to try again", extra={"error": repr(failed)})
             return failed is None
@@ -141,7 +162,7 @@ class PredictionKeeper(timer.Flushed):
     def _keeps(self, tenant: str, deployment: str) -> bool:
         if self.mode == "all":
             return True
-        now = time.monotonic()
+        now = self.monotonic()
         found = self._monitored.get((tenant, deployment))
         if found is None or now - found[1] > MONITORED_TTL_S:
             found = (self.registry.has_baseline(tenant, deployment), now)
@@ -151,7 +172,8 @@ class PredictionKeeper(timer.Flushed):
     def _drop(self, *, refused: bool) -> int:
         if not refused:
             return 0
-        lost, self._held = len(self._held), []
+        lost, self._held, self._unknown = len(self._held), [], False
+        self._recheck = set()
         return lost
 
     def _dropped(self, lost: int) -> None:

@@ -145,11 +145,12 @@ def test_the_keeper_writes_for_deployments_with_a_baseline_and_caps_a_window(reg
     assert registry.find_predictions(A, "wine", ["w"], now=t) == {}  # no baseline: not kept
 
 
-def test_a_deployment_found_without_a_baseline_has_nothing_held_until_it_is_looked_at_again(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Answers of a deployment the last flush found without a baseline are not held for the
-    next flush to leave (at thousands of requests a second they were objects by the hundred
-    thousand for the garbage collector to walk); once that finding is a minute old they are
-    held again, and a baseline set meanwhile has them kept."""
+def test_a_deployment_found_without_a_baseline_has_nothing_held_and_is_looked_at_again_each_minute(registry: Registry) -> None:
+    """Answers of a deployment the keeper found without a baseline are not held for the next
+    flush to leave (at thousands of requests a second they were objects by the hundred thousand
+    for the garbage collector to walk). A deployment never looked at is looked at a second after
+    the last flush, not thirty; a finding a minute old is looked at again at the next flush, and
+    a baseline set meanwhile has the later answers kept."""
     from sluice.domain.results import InferenceResult
     from sluice.domain.signature import Signature, TensorSpec
     from sluice.monitor import kept
@@ -157,28 +158,63 @@ def test_a_deployment_found_without_a_baseline_has_nothing_held_until_it_is_look
 
     signature = Signature(inputs=(), outputs=(TensorSpec("y", "FP32", (-1,)),))
     result = InferenceResult({"y": np.array([1.0], np.float32)})
-    t = time.time()
-    keeper = PredictionKeeper(registry, mode="baseline", timed=False, clock=lambda: t)
-    keeper.observe((A, "iris", 1, ""), signature, result, "first", 1)  # not looked at yet: held, and looked at soon
+    t, now = time.time(), [1000.0]
+    keeper = PredictionKeeper(registry, mode="baseline", timed=False, clock=lambda: t, monotonic=lambda: now[0])
+    keeper.observe((A, "iris", 1, ""), signature, result, "first", 1)  # never looked at: held, and looked at soon
     keeper.observe((B, "iris", 1, ""), signature, result, "other", 1)
     registry.put_baseline(B, "iris", {"rows": 0, "columns": {}})  # another tenant's deployment of the same name
     assert keeper.pending() and not keeper.due()
-    now = time.monotonic()
-    monkeypatch.setattr(kept.time, "monotonic", lambda: now + kept.LOOK_SOON_S)
+    now[0] += kept.LOOK_SOON_S
     assert keeper.due() and keeper.flush() is True  # a second after the last flush, not thirty
     keeper.observe((A, "iris", 1, ""), signature, result, "second", 1)
-    assert not keeper.pending()  # found without a baseline a moment ago: nothing held
+    assert not keeper.pending()  # found without a baseline: nothing held
     keeper.observe((B, "iris", 1, ""), signature, result, "other-2", 1)
-    monkeypatch.setattr(kept.time, "monotonic", lambda: now + 2 * kept.LOOK_SOON_S)
+    now[0] += kept.LOOK_SOON_S
     assert keeper.pending() and not keeper.due()  # known to have a baseline: held until the usual flush
-    assert keeper.flush() is True
-    registry.put_baseline(A, "iris", {"rows": 0, "columns": {}})
-    later = now + kept.MONITORED_TTL_S + kept.LOOK_SOON_S + 1
-    monkeypatch.setattr(kept.time, "monotonic", lambda: later)
-    keeper.observe((A, "iris", 1, ""), signature, result, "third", 1)  # the finding is old: held, looked at again soon
+    now[0] += keeper.flush_every_s
     assert keeper.due() and keeper.flush() is True
-    assert sorted(registry.find_predictions(A, "iris", ["first", "second", "third"], now=t)) == ["third"]
+    registry.put_baseline(A, "iris", {"rows": 0, "columns": {}})
+    now[0] += kept.MONITORED_TTL_S
+    keeper.observe((A, "iris", 1, ""), signature, result, "third", 1)  # the finding is a minute old: still not held,
+    assert keeper.pending() and keeper.due()  # but looked at again at the next flush
+    assert keeper.flush() is True and not keeper.pending()
+    keeper.observe((A, "iris", 1, ""), signature, result, "fourth", 1)  # a baseline now: held and kept
+    now[0] += keeper.flush_every_s
+    assert keeper.due() and keeper.flush() is True
+    assert sorted(registry.find_predictions(A, "iris", ["first", "second", "third", "fourth"], now=t)) == ["fourth"]
     assert sorted(registry.find_predictions(B, "iris", ["other", "other-2"], now=t)) == ["other", "other-2"]
+
+
+def test_a_keeper_whose_registry_fails_looks_again_at_its_usual_pace_not_every_second(registry: Registry) -> None:
+    """A deployment never looked at brings the flush forward once; if the registry fails it, the
+    keeper goes back to its usual pace (one flush, and one baseline lookup, per `flush_every_s`)
+    rather than trying every second."""
+    from sluice.domain.results import InferenceResult
+    from sluice.domain.signature import Signature, TensorSpec
+    from sluice.monitor import kept
+    from sluice.monitor.kept import PredictionKeeper
+
+    class Down:
+        lookups = 0
+
+        def has_baseline(self, tenant: str, deployment: str) -> bool:
+            self.lookups += 1
+            raise ConnectionError("registry down")
+
+    signature = Signature(inputs=(), outputs=(TensorSpec("y", "FP32", (-1,)),))
+    result = InferenceResult({"y": np.array([1.0], np.float32)})
+    down, now = Down(), [1000.0]
+    keeper = PredictionKeeper(down, mode="baseline", timed=False, monotonic=lambda: now[0])  # type: ignore[arg-type]
+    keeper.observe((A, "iris", 1, ""), signature, result, "r0", 1)
+    now[0] += kept.LOOK_SOON_S
+    assert keeper.due() and keeper.flush() is False and down.lookups == 1
+    for i in range(1, 30):  # a request a second for the rest of the period: held, no flush due
+        keeper.observe((A, "iris", 1, ""), signature, result, f"r{i}", 1)
+        now[0] += 1.0
+        assert keeper.pending() and not keeper.due(), i
+    now[0] += 1.0
+    assert keeper.due() and keeper.flush() is False and down.lookups == 2  # its usual pace; every answer still held
+    assert len(keeper._held) == 30
 
 
 def test_a_prediction_too_large_to_keep_is_left_alone_and_the_others_are_kept(registry: Registry) -> None:
