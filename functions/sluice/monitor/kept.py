@@ -1,22 +1,23 @@
 """Predictions kept for their ground truth: for each answered request with an id, what it
 predicted (`sluice.monitor.quality.predicted`), with its revision, variant and monitoring
-window, so that a label posted later (`POST /api/v1/deployments/{name}/labels`) is joined to
-it and counted in the window the prediction was made in, however late it comes.
+window, so that a label posted later (`POST /api/v1/deployments/{name}/labels`) is joined to it
+and counted in the window the prediction was made in, however late it comes.
 
 A request costs a list append under a lock (its result held as it is); the flush, on the
-statistics timer and at shutdown like profiles', turns the held answers into records and
-writes them to the registry, one per request (`MonitorRegistry.keep_predictions`), each until
-`ttl_s` has passed. Which deployments keep them is `mode`: `baseline` (those with a baseline,
-looked up once a minute per deployment at the flush, never on the request path), `all`, or
-`off`. Under `baseline` a request of a deployment the keeper found without a baseline when it
-last looked is not held at all (once that finding is a minute old, the next flush looks again),
-and one of a deployment it has never looked at makes it due `LOOK_SOON_S` after its last flush
-rather than `flush_every_s` (after a flush that failed, at `flush_every_s`). At a few thousand
-requests a second, answers held 30 s only to be left at the flush were a few hundred thousand
-objects for the garbage collector to walk (pauses of tens of milliseconds). At most `max_rows` rows per deployment,
-revision, variant and window are kept by one process; the rest are counted (`not_kept`) and
-left. A record too large for the registry to store ever is counted (`too_large`), logged and
-left; the others are written.
+statistics timer and at shutdown like profiles', turns the held answers into records and writes
+them to the registry, one per request (`MonitorRegistry.keep_predictions`), each until `ttl_s`
+has passed. Which deployments keep them is `mode`: `baseline` (those with a baseline, looked up
+once a minute per deployment at the flush, never on the request path), `all`, or `off`. Under
+`baseline` a request of a deployment the keeper found without a baseline when it last looked is
+not held at all (once that finding is a minute old, the next flush looks again, so a baseline
+set is seen within a minute and `flush_every_s`), and one of a deployment it has never looked
+at makes it due `LOOK_SOON_S` after its last flush rather than `flush_every_s` (after a flush
+or a lookup that failed, at `flush_every_s`). At a few thousand requests a second, answers held
+30 s only to be left at the flush were a few hundred thousand objects for the garbage collector
+to walk (pauses of tens of milliseconds). At most `max_rows` rows per deployment, revision,
+variant and window are kept by one process; the rest are counted (`not_kept`) and left. A
+record too large for the registry to store ever is counted (`too_large`), logged and left; the
+others are written.
 """
 
 from __future__ import annotations
@@ -139,15 +140,16 @@ class PredictionKeeper(timer.Flushed):
                     failed = exc
                     with self._lock:
                         self._held[:0] = entries[: max(0, MAX_HELD - len(self._held))]
+            unlooked: Exception | None = None
             for tenant, deployment in recheck.difference(groups):  # nothing held: only looked at again
                 try:
                     with use_tenant(tenant):
                         self._keeps(tenant, deployment)
-                except Exception as exc:  # looked at again at the next flush
-                    failed = exc
-                    with self._lock:
-                        self._recheck.add((tenant, deployment))
-            self._failed = failed is not None
+                except Exception as exc:  # the old finding stands; its deployment's next request asks again
+                    unlooked = exc
+            self._failed = failed is not None or unlooked is not None
+            if unlooked is not None:
+                get_logger().warning("monitoring baselines not looked up again: the last findings stand", extra={"error": repr(unlooked)})
             if failed is not None:
                 get_logger().warning("kept predictions not written: held to try again", extra={"error": repr(failed)})
             return failed is None

@@ -217,6 +217,53 @@ def test_a_keeper_whose_registry_fails_looks_again_at_its_usual_pace_not_every_s
     assert len(keeper._held) == 30
 
 
+def test_a_baseline_lookup_that_fails_leaves_the_finding_standing_and_loses_no_answer(registry: Registry) -> None:
+    """Looking again at a minute-old finding fails (the registry is down): the finding stands,
+    nothing keeps the keeper flushing with nothing to do, and answers of other deployments held
+    meanwhile are written, never dropped at close."""
+    from sluice.domain.results import InferenceResult
+    from sluice.domain.signature import Signature, TensorSpec
+    from sluice.monitor import kept
+    from sluice.monitor.kept import PredictionKeeper
+
+    class Flaky:
+        def __init__(self) -> None:
+            self.down, self.lookups = False, 0
+
+        def has_baseline(self, tenant: str, deployment: str) -> bool:
+            self.lookups += 1
+            if self.down:
+                raise ConnectionError("registry down")
+            return registry.has_baseline(tenant, deployment)
+
+        def keep_predictions(self, *args: Any, **kwargs: Any) -> Any:
+            return registry.keep_predictions(*args, **kwargs)
+
+    signature = Signature(inputs=(), outputs=(TensorSpec("y", "FP32", (-1,)),))
+    result = InferenceResult({"y": np.array([1.0], np.float32)})
+    t, now, flaky = time.time(), [1000.0], Flaky()
+    keeper = PredictionKeeper(flaky, mode="baseline", timed=False, clock=lambda: t, monotonic=lambda: now[0])  # type: ignore[arg-type]
+    registry.put_baseline(B, "wine", {"rows": 0, "columns": {}})
+    keeper.observe((A, "iris", 1, ""), signature, result, "a1", 1)
+    now[0] += kept.LOOK_SOON_S
+    assert keeper.flush() is True and not keeper.pending()  # iris: no baseline
+    now[0] += kept.MONITORED_TTL_S + 1
+    flaky.down = True
+    keeper.observe((A, "iris", 1, ""), signature, result, "a2", 1)  # a minute old: looked at again at the next flush
+    assert keeper.pending() and keeper.due()
+    assert keeper.flush() is True and not keeper.pending()  # the lookup failed: nothing left to do, nothing dropped
+    lookups = flaky.lookups
+    for _ in range(20):  # no more traffic: no more flushes or lookups
+        now[0] += keeper.flush_every_s
+        assert not keeper.due()
+    assert flaky.lookups == lookups
+    flaky.down = False
+    keeper.observe((B, "wine", 1, ""), signature, result, "b1", 1)
+    keeper.close()  # written, not dropped
+    assert sorted(registry.find_predictions(B, "wine", ["b1"], now=t)) == ["b1"]
+    assert registry.find_predictions(A, "iris", ["a1", "a2"], now=t) == {}
+
+
 def test_a_prediction_too_large_to_keep_is_left_alone_and_the_others_are_kept(registry: Registry) -> None:
     """DynamoDB holds 400 KB an item: a 30,000-row answer cannot be kept there. It is counted
     and left, never held to try again, so the requests before and after it keep theirs."""
