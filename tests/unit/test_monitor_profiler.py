@@ -155,3 +155,26 @@ def test_a_classifiers_labels_held_for_a_fold_are_held_once_while_they_stay_the_
     (held,) = recorder._held.values()
     assert [c["p"] for c in held.parts.classes[-2:]] == [["a", "b"], ["b", "a"]]
     assert recorder.flush() is True and recorder.registry.records[0][1]["rows"] == 5002
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sizes=st.lists(st.integers(1, 3), min_size=1, max_size=1400), width=st.integers(1, 4), odd=st.one_of(st.none(), st.integers(0, 1399)))
+def test_the_folder_threads_join_in_pieces_is_the_join_in_one_call(sizes: list[int], width: int, odd: int | None) -> None:
+    """On the folder thread a group's requests are joined a few hundred at a time, the GIL let
+    go between: the tensors are those one call makes, and a group that does not join (a request
+    of another width) does not join either way."""
+    from sluice.monitor import profiler
+
+    rng = np.random.default_rng(len(sizes) * 10 + width)
+    parts = [{"x": rng.random((n, width), dtype=np.float32), "y": rng.random(n)} for n in sizes]
+    if odd is not None and odd < len(parts):
+        parts[odd] = {"x": np.ones((1, width + 1), np.float32), "y": np.ones(1)}
+    pauses = []
+    whole, pieces = profiler._joined(parts), profiler._joined(parts, lambda: pauses.append(1))
+    if whole is None:
+        assert pieces is None
+        return
+    assert pieces is not None and whole.keys() == pieces.keys()
+    for name in whole:
+        assert np.array_equal(whole[name], pieces[name]) and whole[name].dtype == pieces[name].dtype
+    assert len(pauses) == (0 if len(parts) <= profiler.JOIN_AT_ONCE else 2 * -(-len(parts) // profiler.JOIN_AT_ONCE))

@@ -21,7 +21,7 @@ from sluice.domain.errors import InvalidInput
 from sluice.domain.results import rows_of
 
 if TYPE_CHECKING:  # NumPy is imported where used: sluice serve's supervisor reads these modules
-    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
     import numpy as np
 
@@ -197,7 +197,9 @@ class Profile:
     rows: int = 0
     columns: dict[str, Column] = field(default_factory=dict)
 
-    def add(self, role: str, named: Iterator[tuple[str, np.ndarray]], sample: np.ndarray | None = None) -> None:
+    def add(self, role: str, named: Iterator[tuple[str, np.ndarray]], sample: np.ndarray | None = None, pause: Callable[[], None] | None = None) -> None:
+        """Each named column's values added (`pause`: called after each, a background fold's
+        chance for the event loop to take the GIL)."""
         for name, values in named:
             column = self.columns.get(name)
             if column is None:
@@ -206,15 +208,17 @@ class Profile:
             elif (column.kind == NUMBER) != (values.dtype.kind in "fiu"):
                 continue  # a type this column was not made for: not profiled
             column.add(values, sample)
+            if pause is not None:
+                pause()
 
     def add_rows(
         self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray] | None,
         signature: Signature | None, classes: Mapping[str, Sequence[Any]] | None = None, *, max_columns: int = MAX_COLUMNS,
-        sample: int | None = None, rng: np.random.Generator | None = None,
+        sample: int | None = None, rng: np.random.Generator | None = None, pause: Callable[[], None] | None = None,
     ) -> None:  # fmt: skip
         """Rows of input tensors and, where given, the outputs; with `sample`, every row is
         counted and a uniform sample of that many (drawn by `rng`, a fresh one by default)
-        goes into the sketches."""
+        goes into the sketches; `pause`, where given, is called after each column."""
         import numpy as np
         if not inputs:
             return
@@ -224,9 +228,9 @@ class Profile:
         if sample is not None and n > sample:
             rows = np.sort((rng or np.random.default_rng()).choice(n, size=sample, replace=False))
         names = {s.name: s.feature_names for s in signature.inputs} if signature is not None else {}
-        self.add("input", columns_of(inputs, names, max_columns), rows)
+        self.add("input", columns_of(inputs, names, max_columns), rows, pause)
         if outputs:
-            self.add("output", columns_of(outputs, dict(classes or {}), max_columns, qualify=True), rows)
+            self.add("output", columns_of(outputs, dict(classes or {}), max_columns, qualify=True), rows, pause)
 
     def merge(self, other: Profile) -> None:
         self.rows += other.rows
