@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -151,6 +152,9 @@ def as_datatype(value: Any, datatype: str) -> Any:
         return None
     if datatype in ("INT32", "INT64"):
         try:
+            big = _big_exponent(value.strip()) if type(value) is str else None  # Fraction spells out 1e999999999 (minutes)
+            if big is not None:
+                return 0 if big.is_zero() else None  # zero, or past any 64-bit integer, or a fraction
             exact = Fraction(value.strip() if type(value) is str else value)
         except (ValueError, OverflowError, ZeroDivisionError):
             return None
@@ -162,6 +166,19 @@ def as_datatype(value: Any, datatype: str) -> Any:
             return np.array([number], dtype=np.float32 if datatype == "FP32" else np.float64)[0]
     except (ValueError, OverflowError, FloatingPointError):
         return None
+
+
+def _big_exponent(text: str) -> Decimal | None:
+    """The number a text spells with an exponent past 40 either way (Decimal reads it at once),
+    where it is one, finite, and either zero or of a size past 1e40 or below 1e-40; else None
+    (Fraction decides)."""
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return None
+    if not number.is_finite() or abs(number.as_tuple().exponent) <= 40:  # type: ignore[arg-type]
+        return None
+    return number if number.is_zero() or abs(number.adjusted()) > 40 else None
 
 
 def cast(values: list[Any], datatype: str) -> Any:

@@ -158,17 +158,25 @@ def test_a_classifiers_labels_held_for_a_fold_are_held_once_while_they_stay_the_
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(sizes=st.lists(st.integers(1, 3), min_size=1, max_size=1400), width=st.integers(1, 4), odd=st.one_of(st.none(), st.integers(0, 1399)))
-def test_the_folder_threads_join_in_pieces_is_the_join_in_one_call(sizes: list[int], width: int, odd: int | None) -> None:
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 3), st.sampled_from(["float32", "float64", "int64"])), min_size=1, max_size=1400),
+    width=st.integers(1, 4), odd=st.one_of(st.none(), st.tuples(st.integers(0, 1399), st.sampled_from(["wider", "no y", "a date"]))),
+)  # fmt: skip
+def test_the_folder_threads_join_in_pieces_is_the_join_in_one_call(sizes: list[tuple[int, str]], width: int, odd: tuple[int, str] | None) -> None:
     """On the folder thread a group's requests are joined a few hundred at a time, the GIL let
-    go between: the tensors are those one call makes, and a group that does not join (a request
-    of another width) does not join either way."""
+    go between: the tensors are those one call makes, whatever the dtypes of the requests, and
+    a group that does not join (a request of another width, without a tensor, of a date) does
+    not join either way (it is then folded a request at a time)."""
     from sluice.monitor import profiler
 
     rng = np.random.default_rng(len(sizes) * 10 + width)
-    parts = [{"x": rng.random((n, width), dtype=np.float32), "y": rng.random(n)} for n in sizes]
-    if odd is not None and odd < len(parts):
-        parts[odd] = {"x": np.ones((1, width + 1), np.float32), "y": np.ones(1)}
+    parts = [{"x": (rng.random((n, width)) * 100).astype(dtype), "y": rng.random(n)} for n, dtype in sizes]
+    if odd is not None and odd[0] < len(parts):
+        parts[odd[0]] = {
+            "wider": {"x": np.ones((1, width + 1), np.float32), "y": np.ones(1)},
+            "no y": {"x": np.ones((1, width), np.float32)},
+            "a date": {"x": np.full((1, width), np.datetime64("2026-01-01")), "y": np.ones(1)},
+        }[odd[1]]
     pauses = []
     whole, pieces = profiler._joined(parts), profiler._joined(parts, lambda: pauses.append(1))
     if whole is None:

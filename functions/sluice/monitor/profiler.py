@@ -48,7 +48,8 @@ FOLD_ROWS = 8192
 SAMPLE_ROWS = 1024  # of a fold's rows, those the quantile and frequency sketches take (all are counted)
 MAX_PENDING = 1000
 JOIN_AT_ONCE = 512  # requests joined in one call on the folder thread (`_joined`)
-PAUSE_S = 0.00002
+PAUSE_S = 0.00002  # asked for; Linux gives ~0.1 ms
+PAUSE_EVERY_S = 0.0003  # the folder thread's work between pauses, at most about (`_Pauses`)
 
 
 class _Parts:
@@ -95,14 +96,14 @@ def _joined(parts: list[Mapping[str, np.ndarray]], pause: Callable[[], None] | N
     """The parts' tensors joined on the batch axis, or None when they cannot be. With `pause`
     (the folder thread's), `JOIN_AT_ONCE` parts at a time, pausing between: one call joining a
     group's 8,192 requests holds the GIL ~1.5 ms, which the event loop of a worker serving one
-    connection at a time waited out (its p99 at one connection 0.45-1.5 ms with profiles, 0.36-0.46
+    connection at a time waited out (its p99 at one connection 0.45-1.5 ms with profiles, 0.36-0.50
     without)."""
     if len(parts) == 1:
         return dict(parts[0])
     try:
         if pause is None or len(parts) <= JOIN_AT_ONCE:
             return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-        out = {}
+        out: dict[str, np.ndarray] = {}
         for name in parts[0]:
             pieces = []
             for start in range(0, len(parts), JOIN_AT_ONCE):
@@ -110,13 +111,25 @@ def _joined(parts: list[Mapping[str, np.ndarray]], pause: Callable[[], None] | N
                 pause()
             out[name] = np.concatenate(pieces)
         return out
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, TypeError):  # one at a time, then (`_add`)
         return None
 
 
-def _let_others_run() -> None:
-    """A short sleep: the GIL to a thread that waits for it (a sleep of 0 may take it straight back)."""
-    time.sleep(PAUSE_S)
+class _Pauses:
+    """The folder thread's pauses: a short sleep (the GIL to a thread that waits for it; a sleep
+    of 0 may take it straight back) once `PAUSE_EVERY_S` of work has passed since the last, so
+    the GIL is never held much longer at a stretch, and a fold is not drawn out by pauses it
+    does not need (each may cost a switch interval, 5 ms, where another thread keeps the CPU)."""
+
+    __slots__ = ("_since",)
+
+    def __init__(self) -> None:
+        self._since = time.perf_counter()
+
+    def __call__(self) -> None:
+        if time.perf_counter() - self._since >= PAUSE_EVERY_S:
+            time.sleep(PAUSE_S)
+            self._since = time.perf_counter()
 
 
 def _slim(arrays: Mapping[str, np.ndarray], max_columns: int) -> Mapping[str, np.ndarray]:
@@ -191,7 +204,7 @@ class ProfileRecorder(timer.Flushed):
             held.parts, held.rows = _Parts(), 0
             thread = None
             if self.background and (self._folder is None or self._folder[0] != os.getpid()):  # none yet, or a parent's
-                thread = threading.Thread(target=self._fold_ready, args=(_let_others_run,), name="sluice-monitor-fold", daemon=True)
+                thread = threading.Thread(target=self._fold_ready, args=(_Pauses(),), name="sluice-monitor-fold", daemon=True)
                 self._folder = (os.getpid(), thread)
         if not self.background:
             self._fold_ready()
@@ -227,7 +240,7 @@ class ProfileRecorder(timer.Flushed):
             profile.add_rows(inputs, outputs, held.signature, parts.classes[0], max_columns=self.max_columns, sample=sample, rng=rng, pause=pause)
         else:  # requests whose tensors differ in shape: one at a time
             for one_in, one_out, classes in parts:
-                profile.add_rows(one_in, one_out, held.signature, classes, max_columns=self.max_columns, sample=sample, rng=rng)
+                profile.add_rows(one_in, one_out, held.signature, classes, max_columns=self.max_columns, sample=sample, rng=rng, pause=pause)
         held.profile = profile
 
     # Flushing (the timer's interface, `timer.Flushed`) --------------------------------------------
