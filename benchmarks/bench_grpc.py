@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -40,7 +39,6 @@ from benchmarks.common import (
     figure,
     free_port,
     server,
-    stop_group,
     tree_cpu_s,
 )
 
@@ -132,20 +130,9 @@ def _floor() -> Iterator[tuple[str, int]]:
     """(gRPC address, pid) of `benchmarks.peers.grpc_floor` with sluice's number of workers,
     once it says every worker listens."""
     port = free_port()
-    log = WORK / "grpc-floor.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
     command = [PYTHON, "-m", "benchmarks.peers.grpc_floor", "--port", str(port), "--workers", str(WORKERS)]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=bench_env(), cwd=REPO, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while f"ready {port}" not in log.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the grpcio floor did not start: {log.read_text(errors='replace')[-1000:]}")
-            time.sleep(0.1)
+    with server(command, ready_line=f"ready {port}", log=WORK / "grpc-floor.log", env=bench_env(), cwd=REPO, timeout_s=30) as proc:
         yield f"127.0.0.1:{port}", proc.pid
-    finally:
-        stop_group(proc)
 
 
 def _array(model: str) -> np.ndarray:

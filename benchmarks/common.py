@@ -162,6 +162,19 @@ def wait_http(url: str, *, timeout_s: float, proc: subprocess.Popen[bytes] | Non
     raise RuntimeError(f"{url}: not ready after {timeout_s:.0f} s{_tail(log)}")
 
 
+def wait_line(line: str, *, log: Path, timeout_s: float, proc: subprocess.Popen[bytes]) -> None:
+    """Wait until the server's log holds `line` (a server with no HTTP to poll says it is ready
+    there); fail early (with the log's tail) if the process dies."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{line!r}: the server exited with code {proc.returncode}{_tail(log)}")
+        if log.exists() and line in log.read_text(errors="replace"):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{line!r}: not in the server's log after {timeout_s:.0f} s{_tail(log)}")
+
+
 def _tail(log: Path | None, lines: int = 15) -> str:
     if log is None or not log.exists():
         return ""
@@ -173,7 +186,8 @@ def _tail(log: Path | None, lines: int = 15) -> str:
 def server(
     command: list[str],
     *,
-    ready_url: str,
+    ready_url: str | None = None,
+    ready_line: str | None = None,
     log: Path,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
@@ -181,6 +195,7 @@ def server(
     quiet_stdout: bool = False,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run a server in its own session until the block ends, then stop it and its workers.
+    Ready once `ready_url` answers 200, or (a server with no HTTP) once its log holds `ready_line`.
 
     `quiet_stdout` sends stdout (per-request log lines) to /dev/null and keeps stderr in the log.
     """
@@ -196,7 +211,11 @@ def server(
             start_new_session=True,
         )
     try:
-        wait_http(ready_url, timeout_s=timeout_s, proc=proc, log=log)
+        if ready_url is not None:
+            wait_http(ready_url, timeout_s=timeout_s, proc=proc, log=log)
+        else:
+            assert ready_line is not None, "a server is ready at a URL or at a line of its log"
+            wait_line(ready_line, log=log, timeout_s=timeout_s, proc=proc)
         yield proc
     finally:
         stop_group(proc)

@@ -50,6 +50,7 @@ async def start(container: Container, host: str, port: int, *, share_port: bool 
 
 
 PUBLIC = frozenset(("ServerLive", "ServerReady", "ServerMetadata"))  # the service's methods that take no key
+ANONYMOUS = ""  # the public calls' tenant: no tenant's name is empty
 
 
 class Guard:
@@ -182,8 +183,6 @@ class Guard:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without its request message")
         return request
 
-
-ANONYMOUS = ""  # the public calls' tenant: no tenant's name is empty
 
 
 def add_service(servicer: Any, server: grpc.aio.Server, guard: Guard | None = None) -> None:

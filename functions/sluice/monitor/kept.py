@@ -84,13 +84,14 @@ class PredictionKeeper(timer.Flushed):
             return
         unknown = False
         if self.mode == "baseline":
-            found = self._monitored.get((key[0], key[1]))
+            deployment = key[:2]
+            found = self._monitored.get(deployment)
             if found is None:
                 unknown = True  # never looked at: looked at soon (`due`)
             elif not found[0]:  # no baseline when last looked at: nothing held
-                if self.monotonic() - found[1] > MONITORED_TTL_S and key[:2] not in self._recheck:
-                    with self._lock:  # a minute old: the next flush looks again
-                        self._recheck.add(key[:2])
+                if self._stale(found) and deployment not in self._recheck:
+                    with self._lock:  # the next flush looks again
+                        self._recheck.add(deployment)
                         self._watched()
                 return
         window = int(self.clock()) // self.window_s * self.window_s
@@ -164,12 +165,15 @@ class PredictionKeeper(timer.Flushed):
     def _keeps(self, tenant: str, deployment: str) -> bool:
         if self.mode == "all":
             return True
-        now = self.monotonic()
         found = self._monitored.get((tenant, deployment))
-        if found is None or now - found[1] > MONITORED_TTL_S:
-            found = (self.registry.has_baseline(tenant, deployment), now)
+        if found is None or self._stale(found):
+            found = (self.registry.has_baseline(tenant, deployment), self.monotonic())
             self._monitored[(tenant, deployment)] = found
         return found[0]
+
+    def _stale(self, found: tuple[bool, float]) -> bool:
+        """A baseline lookup (found, when) over `MONITORED_TTL_S` old: looked up again at a flush."""
+        return self.monotonic() - found[1] > MONITORED_TTL_S
 
     def _drop(self, *, refused: bool) -> int:
         if not refused:

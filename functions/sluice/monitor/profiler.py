@@ -72,7 +72,7 @@ class _Parts:
         self.inputs.append(inputs)
         self.outputs.append(outputs)
         held = self.classes
-        self.classes.append(held[-1] if held and (classes is held[-1] or classes == held[-1]) else classes)
+        held.append(held[-1] if held and (classes is held[-1] or classes == held[-1]) else classes)
 
     def __len__(self) -> int:
         return len(self.inputs)
@@ -100,16 +100,16 @@ def _joined(parts: list[Mapping[str, np.ndarray]], pause: Callable[[], None] | N
     without)."""
     if len(parts) == 1:
         return dict(parts[0])
+    at_once = len(parts) if pause is None else JOIN_AT_ONCE
     try:
-        if pause is None or len(parts) <= JOIN_AT_ONCE:
-            return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
         out: dict[str, np.ndarray] = {}
         for name in parts[0]:
             pieces = []
-            for start in range(0, len(parts), JOIN_AT_ONCE):
-                pieces.append(np.concatenate([p[name] for p in parts[start : start + JOIN_AT_ONCE]]))
-                pause()
-            out[name] = np.concatenate(pieces)
+            for start in range(0, len(parts), at_once):
+                pieces.append(np.concatenate([p[name] for p in parts[start : start + at_once]]))
+                if pause is not None and len(parts) > at_once:  # in pieces: the GIL let go between them
+                    pause()
+            out[name] = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
         return out
     except (KeyError, ValueError, TypeError):  # one at a time, then (`_add`)
         return None
