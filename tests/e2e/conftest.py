@@ -63,15 +63,18 @@ def sigterm_after(proc: subprocess.Popen[Any], log: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def running_sluice(home: Path, env: dict[str, str], *args: str, **popen: Any) -> Iterator[tuple[int, str]]:
+def running_sluice(home: Path, env: dict[str, str], *args: str, started: list[Any] | None = None, **popen: Any) -> Iterator[tuple[int, str]]:
     """`sluice serve ARGS` on a free port, healthy; yields (port, the local admin key). Its
-    output is piped unless `popen` says where (`stdout=` a file, to read its log)."""
+    output is piped unless `popen` says where (`stdout=` a file, to read its log); its process
+    is appended to `started` where given (with `--workers 1`, the process that serves)."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "sluice.cli", "serve", "--port", str(port), *args],
         env={**env, "SLUICE_HOME": str(home)},
         **{"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen},
     )
+    if started is not None:
+        started.append(proc)
     try:
         try:
             wait_healthy(f"http://127.0.0.1:{port}", proc, within_s=60)
