@@ -68,9 +68,9 @@ def test_a_worker_serving_1_mib_requests_does_not_fault_their_memory_in_again_fo
                 if client.is_server_live():
                     break
             except InferenceServerException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+                pass
+            assert time.monotonic() < deadline, "sluice serve's gRPC port did not answer in 30 s"
+            time.sleep(0.2)
         headers = {"authorization": f"Bearer {key}"}
         values = np.random.default_rng(0).random((1, VALUES), dtype=np.float32)
         tensor = grpcclient.InferInput("input", [1, VALUES], "FP32")
@@ -82,12 +82,14 @@ def test_a_worker_serving_1_mib_requests_does_not_fault_their_memory_in_again_fo
         for _ in range(10):  # the worker's heap grows to what a request needs
             infer()
         pid = started[0].pid  # one worker: the process that serves
-        before = _minor_faults(pid)
-        requests = 40
-        for _ in range(requests):
+        faults = []
+        for _ in range(40):
+            before = _minor_faults(pid)
             answer = infer()
-        per_request = (_minor_faults(pid) - before) / requests
+            faults.append(_minor_faults(pid) - before)
         assert float(answer.as_numpy("total")[0, 0]) == pytest.approx(float(values.sum(dtype=np.float64)), rel=1e-4)
         # Before, each request faulted in ~700 pages (its tensor, its copies, its message), and
-        # took 2.4-2.9 ms of the worker's CPU for it; now a few.
-        assert per_request < PAGES / 8, f"{per_request:.0f} page faults a request"
+        # took 2.4-2.9 ms of the worker's CPU for it; now a few. The median: once a second the
+        # worker gives back what its heap holds free, and the request after that faults it in.
+        faults.sort()
+        assert faults[len(faults) // 2] < PAGES / 8, f"page faults a request: {faults}"

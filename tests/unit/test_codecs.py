@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.codecs.classification import asked
@@ -333,6 +333,7 @@ def _python_reads(text: str) -> object:
 DEPTHS = st.sampled_from([1, 199, 200, 201, 202, 900, 1023, 1024, 1025, 1500]) | st.integers(1, 1500)
 
 
+@settings(deadline=None)  # text 1,500 levels deep read by json.loads: hundreds of ms on a busy machine
 @given(depth=DEPTHS, data=st.data(), as_bytes=st.booleans(), wording=st.booleans())
 def test_outside_json_is_read_as_orjson_reads_it_and_past_its_limit_refused_naming_the_member(depth: int, data: st.DataObject, as_bytes: bool, wording: bool) -> None:
     """What orjson reads (1,024 levels, the outermost counted; a string's brackets are text) is
