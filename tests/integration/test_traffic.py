@@ -436,6 +436,38 @@ def test_bandits_in_two_members_are_each_rewarded_and_each_learns_from_its_own(
     assert "a" not in variants and "b" not in variants
 
 
+def test_a_first_success_ensemble_rewards_the_bandit_of_the_member_that_answered_alone(
+    demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime
+) -> None:
+    """Two hedged members, each a bandit: the fast member answers, the slow one is stopped. The
+    answer is the fast member's, so feedback on it rewards its bandit's choice alone; the slow
+    member's bandit chose too, but its choice answered nothing (before, it was rewarded as well)."""
+    add_fake(demo.registry, "acme", "ra", value=1.0, sleep_s=0.5)
+    add_fake(demo.registry, "acme", "rb", value=1.0, sleep_s=0.5)
+    add_fake(demo.registry, "acme", "fa", value=2.0)
+    add_fake(demo.registry, "acme", "fb", value=2.0)
+    bandit = {"algorithm": "epsilon_greedy", "epsilon": 0.5}
+
+    def member(name: str, a: str, b: str) -> dict[str, Any]:
+        variants = [{"name": "a", "weight": 1, "target": single(a, 1)}, {"name": "b", "weight": 1, "target": single(b, 1)}]
+        return {"name": name, "target": {"kind": "split", "variants": variants, "bandit": bandit}}
+
+    policy = {"kind": "ensemble", "aggregator": "first_success", "members": [member("slow", "ra", "rb"), member("fast", "fa", "fb")]}
+    assert deploy(client, keys["acme"], "hedged-bandits", policy).status_code == 201
+    for i in range(3):
+        body = predict(client, keys["acme"], "hedged-bandits", request_id=f"h{i}").json()
+        assert body["prediction"] == 2.0 and body["model"] in ("fa", "fb")
+        report = {m["name"]: m for m in body["members"]}
+        assert report["slow"]["error"] == "cancelled"
+        took = {"fa": "a", "fb": "b"}[body["model"]]
+        fb = client.post("/api/v1/deployments/hedged-bandits/feedback", json={"request_id": f"h{i}", "reward": 1}, headers=auth(keys["acme"]))
+        assert fb.status_code == 200, fb.text
+        assert fb.json()["variants"] == [f"fast/{took}"]
+    variants = client.get("/api/v1/deployments/hedged-bandits/stats", headers=auth(keys["acme"])).json()["variants"]
+    assert sum(v.get("rewards", 0) for k, v in variants.items() if k.startswith("fast/")) == 3
+    assert not any(v.get("rewards", 0) for k, v in variants.items() if k.startswith("slow/"))
+
+
 def test_splits_in_two_switch_cases_count_apart_by_their_case(demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime) -> None:
     """Two cases each holding a split with a variant `v`: one request whose rows take both
     counts `low/v` and `default/v` once each, not one merged `v` twice."""

@@ -284,10 +284,13 @@ class PolicyRunner:
         report = [_member_report(member.name, *finished.get(i, (None, None, stopped_ms))) for i, member in enumerate(node.members)]
         answers = [(i, a) for i, a, _, _ in in_order if a is not None]
         if node.aggregator == "first_success":
-            winner = next((a for _, a, _, _ in done if a is not None), None)  # in order of arrival
-            if winner is None:
+            won = next(((i, a) for i, a, _, _ in done if a is not None), None)  # in order of arrival
+            if won is None:
                 raise BackendError("no ensemble member answered", members=report)
-            return replace(winner, members=report)
+            if call.chosen:  # the answer is the winner's alone: feedback on it rewards no other member's bandit
+                losers = tuple(f"{call.subject(m.name)}/" for i, m in enumerate(node.members) if i != won[0])
+                call.chosen[:] = [path for path in call.chosen if not path.startswith(losers)]
+            return replace(won[1], members=report)
         need = node.min_members or len(node.members)
         if len(answers) < need:
             timed_out = all(e is not None and e.status == 504 for _, a, e, _ in done if a is None)
