@@ -245,15 +245,24 @@ class PolicyRunner:
         return answer
 
     async def _ensemble(self, node: Ensemble, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
+        # Each member's bandit choices (`Call.chosen`) are its own until the ensemble ends: then
+        # the request's are every member's, or where one member's answer is the ensemble's
+        # (`first_success`), that member's alone. A member stopped when another answered may
+        # still choose on its way out (a nested hedge's read coming back): into its own list.
+        own: list[list[str] | None] = [None if call.chosen is None else [] for _ in node.members]
+        won_at: list[int] = []  # the member whose answer is the ensemble's, where one is
+
         async def member_call(index: int) -> tuple[int, Answer | None, SluiceError | None, float]:
             member = node.members[index]
             started = time.perf_counter()
             limit = max(call.deadline - time.monotonic(), 0.0)
             if member.timeout_ms is not None:
                 limit = min(limit, member.timeout_ms / 1000)
+            sub = call.under(call.subject(member.name))
+            sub.chosen = own[index]
             try:
                 async with timeout(limit):
-                    answer = await self.run(member.target, call.under(call.subject(member.name)), arrays, depth + 1)
+                    answer = await self.run(member.target, sub, arrays, depth + 1)
                 return index, answer, None, (time.perf_counter() - started) * 1000
             except TimeoutError:
                 error: SluiceError = DeadlineExceeded(f"member '{member.name}' gave no answer within {limit * 1000:.0f} ms")
@@ -261,6 +270,17 @@ class PolicyRunner:
                 error = exc
             return index, None, error, (time.perf_counter() - started) * 1000
 
+        try:
+            return await self._members(node, member_call, won_at)
+        finally:
+            if call.chosen is not None:
+                for i, choices in enumerate(own):
+                    if choices and (not won_at or i == won_at[0]):
+                        call.chosen.extend(choices)
+
+    async def _members(
+        self, node: Ensemble, member_call: Callable[[int], Awaitable[tuple[int, Answer | None, SluiceError | None, float]]], won_at: list[int]
+    ) -> Answer:
         started = time.perf_counter()
         tasks = [asyncio.ensure_future(member_call(i)) for i in range(len(node.members))]
         done: list[tuple[int, Answer | None, SluiceError | None, float]] = []
@@ -287,9 +307,7 @@ class PolicyRunner:
             won = next(((i, a) for i, a, _, _ in done if a is not None), None)  # in order of arrival
             if won is None:
                 raise BackendError("no ensemble member answered", members=report)
-            if call.chosen:  # the answer is the winner's alone: feedback on it rewards no other member's bandit
-                losers = tuple(f"{call.subject(m.name)}/" for i, m in enumerate(node.members) if i != won[0])
-                call.chosen[:] = [path for path in call.chosen if not path.startswith(losers)]
+            won_at.append(won[0])  # the answer is its alone: feedback on it rewards no other member's bandit
             return replace(won[1], members=report)
         need = node.min_members or len(node.members)
         if len(answers) < need:
