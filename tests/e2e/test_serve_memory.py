@@ -83,11 +83,12 @@ def test_a_worker_serving_1_mib_requests_does_not_fault_their_memory_in_again_fo
             infer()
         pid = started[0].pid  # one worker: the process that serves
         faults = []
+        total = pytest.approx(float(values.sum(dtype=np.float64)), rel=1e-4)
         for _ in range(40):
             before = _minor_faults(pid)
             answer = infer()
             faults.append(_minor_faults(pid) - before)
-        assert float(answer.as_numpy("total")[0, 0]) == pytest.approx(float(values.sum(dtype=np.float64)), rel=1e-4)
+            assert float(answer.as_numpy("total")[0, 0]) == total
         # Before, each request faulted in ~700 pages (its tensor, its copies, its message), and
         # took 2.4-2.9 ms of the worker's CPU for it; now a few. The median: once a second the
         # worker gives back what its heap holds free, and the request after that faults it in.

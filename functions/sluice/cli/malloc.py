@@ -7,7 +7,7 @@ bursts of `make bench`'s burst benchmark). Mapping every block of 64 KiB and mor
 (`M_MMAP_THRESHOLD`), as `sluice serve` once did, gave each back as it was freed (+6 to +7%),
 at a price that grows with the block: a fresh mapping is faulted in page by page, zeroed by
 the kernel and unmapped again, for every body, array and answer. A 1 MiB gRPC request cost a
-worker 3.7 ms of CPU that way, and 1.8-2.3 ms with its blocks from the heap.
+worker 3.7 ms of CPU that way.
 
 So the heap keeps its blocks, and a thread gives what it holds free back to the system once a
 second (`malloc_trim`: the main heap's top, and every whole free page inside each arena): a burst's memory
