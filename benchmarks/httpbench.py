@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import time
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
@@ -92,16 +91,9 @@ def check_once(url: str, body: bytes | None, headers: dict[str, str]) -> dict[st
         raise RuntimeError(f"{url} answered {exc.code}: {exc.read()[:300]!r}") from None
 
 
-SETTLE_S = 0.1  # before a load: the last load's requests still queued when it stopped are answered
-
-
 def loaded(url: str, body: bytes | None, headers: dict[str, str], connections: int, duration_s: int) -> dict[str, Any]:
-    """A load; any answer but a 2xx is an error. A load that ends leaves its connections' last
-    requests queued at the server, which answers them after the client has gone: a load
-    started at once on as many new connections finds `SLUICE_MAX_PREDICTIONS_IN_FLIGHT` (32, a
-    worker) full and is refused 503, a burst of them in the first milliseconds. So a short
-    pause first."""
-    time.sleep(SETTLE_S)
+    """A load (`loadgen.load`: it lets the last load's queued requests be answered first); any
+    answer but a 2xx is an error."""
     result = loadgen.load(url, body=body, headers=headers, connections=connections, duration_s=duration_s)
     if result["errors"]:
         raise RuntimeError(f"{url}: {result['errors']} errors under load ({result['non_2xx']} not 2xx)")

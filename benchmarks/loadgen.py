@@ -159,6 +159,9 @@ def run_python(
     return json.loads(out.strip().splitlines()[-1])
 
 
+SETTLE_S = 0.1  # before a load: the last load's requests still queued when it stopped are answered
+
+
 def load(
     url: str,
     *,
@@ -168,6 +171,12 @@ def load(
     duration_s: int,
     tool: str = "auto",
 ) -> dict[str, Any]:
+    """A closed-loop load (wrk where installed, else the Python generator). A load that ends
+    leaves each connection's last request queued at the server, which answers it after the
+    client has gone; a load started at once on as many new connections would find a `sluice
+    serve` worker's predictions in flight (`SLUICE_MAX_PREDICTIONS_IN_FLIGHT`, 32) still taken
+    and be refused 503, a burst in its first milliseconds. So a short pause first."""
+    time.sleep(SETTLE_S)
     if tool == "wrk" or (tool == "auto" and wrk_path()):
         return run_wrk(url, body=body, headers=headers, connections=connections, duration_s=duration_s)
     return run_python(url, body=body, headers=headers, connections=connections, duration_s=duration_s)
