@@ -53,21 +53,9 @@ MIB_CLIENTS = (1, 8)
 MIB_VALUES = 262_144  # 1 MiB of FP32
 
 
-def _sum_model() -> bytes:
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [helper.make_node("ReduceSum", ["input"], ["total"], keepdims=1, axes=[1])],
-        "sum",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [None, MIB_VALUES])],
-        [helper.make_tensor_value_info("total", TensorProto.FLOAT, [None, 1])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
-    model.ir_version = 7
-    return model.SerializeToString()
-
-
 def _prepare() -> Any:
+    from tests.models import sum_model
+
     from sluice.domain import Principal
     from sluice.settings import Settings
     from sluice.wiring import Container
@@ -75,7 +63,7 @@ def _prepare() -> Any:
     shutil.rmtree(HOME, ignore_errors=True)
     container = Container.from_settings(Settings(mode="local", home=HOME, registry="", store=""))
     principal = Principal(TENANT, frozenset({"admin", "predict"}), "bench")
-    for name, data in (("diabetes", (REPO / "models" / "diabetes_mlp.onnx").read_bytes()), ("mib", _sum_model())):
+    for name, data in (("diabetes", (REPO / "models" / "diabetes_mlp.onnx").read_bytes()), ("mib", sum_model(MIB_VALUES))):
         version = container.models.push(principal, name, data)
         container.deployments.create(principal, name, {"kind": "single", "model": name, "version": version.version})
     return container

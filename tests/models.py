@@ -132,3 +132,19 @@ def relu_model(shape: list[int | None] | None) -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
+
+
+def sum_model(values: int) -> bytes:
+    """`input` [-1, values] FP32 in, `total` [-1, 1] FP32 out: each row's sum (a large tensor
+    in, a small answer out: what a request's bytes cost, beside the model's work)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["input"], ["total"], keepdims=1, axes=[1])],
+        "sum",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [None, values])],
+        [helper.make_tensor_value_info("total", TensorProto.FLOAT, [None, 1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    model.ir_version = 7
+    return model.SerializeToString()

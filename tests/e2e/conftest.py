@@ -62,6 +62,22 @@ def sigterm_after(proc: subprocess.Popen[Any], log: Path) -> Iterator[None]:
             proc.wait()
 
 
+def grpc_client(port: int, *, within_s: float = 30) -> Any:
+    """Triton's gRPC client to `sluice serve`'s gRPC port on this machine, once the server
+    says it is live (its workers start their gRPC servers after their HTTP)."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    deadline = time.monotonic() + within_s
+    while True:
+        with contextlib.suppress(InferenceServerException):
+            if client.is_server_live():
+                return client
+        assert time.monotonic() < deadline, f"sluice serve's gRPC port answered nothing live in {within_s:g} s"
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def running_sluice(home: Path, env: dict[str, str], *args: str, started: list[Any] | None = None, **popen: Any) -> Iterator[tuple[int, str]]:
     """`sluice serve ARGS` on a free port, healthy; yields (port, the local admin key). Its

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from tests.e2e.conftest import free_port, running_sluice
+from tests.e2e.conftest import free_port, grpc_client, running_sluice
 from tests.support import http
 
 if TYPE_CHECKING:
@@ -25,16 +25,7 @@ def test_grpc_served_by_every_http_worker(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "SLUICE_MAX_IN_FLIGHT_PER_KEY": "1"}  # per process: one open stream fills a worker
     with running_sluice(tmp_path / "home", env, "--demo", "--workers", "2", "--grpc-port", str(port)) as (http_port, key):
-        client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if client.is_server_live():
-                    break
-            except InferenceServerException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        client = grpc_client(port)
         headers = {"authorization": f"Bearer {key}"}
         tensor = grpcclient.InferInput("input", [1, 4], "FP32")
         tensor.set_data_from_numpy(np.array([[6.7, 3.0, 5.2, 2.3]], dtype=np.float32))

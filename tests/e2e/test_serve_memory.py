@@ -5,37 +5,19 @@ megabytes for each request. Counted as the kernel counts it: the worker's minor 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.e2e.conftest import free_port, running_sluice
-
-if TYPE_CHECKING:
-    from pathlib import Path as PathType
+from tests.e2e.conftest import free_port, grpc_client, running_sluice
+from tests.models import sum_model
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
-from tritonclient.utils import InferenceServerException  # noqa: E402
 
 VALUES = 262_144  # 1 MiB of FP32
 PAGES = VALUES * 4 // 4096  # what the request's tensor alone spans
-
-
-def _sum_model() -> bytes:
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [helper.make_node("ReduceSum", ["input"], ["total"], keepdims=1, axes=[1])],
-        "sum",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [None, VALUES])],
-        [helper.make_tensor_value_info("total", TensorProto.FLOAT, [None, 1])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
-    model.ir_version = 7
-    return model.SerializeToString()
 
 
 def _minor_faults(pid: int) -> int:
@@ -44,7 +26,7 @@ def _minor_faults(pid: int) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the worker's page faults from /proc")
-def test_a_worker_serving_1_mib_requests_does_not_fault_their_memory_in_again_for_each(tmp_path: PathType) -> None:
+def test_a_worker_serving_1_mib_requests_does_not_fault_their_memory_in_again_for_each(tmp_path: Path) -> None:
     from sluice.cli.malloc import operator_tuned, trim
     from sluice.domain import Principal
     from sluice.settings import Settings
@@ -57,20 +39,11 @@ def test_a_worker_serving_1_mib_requests_does_not_fault_their_memory_in_again_fo
     home = tmp_path / "home"
     container = Container.from_settings(Settings(mode="local", home=home))
     operator = Principal("default", frozenset({"admin", "predict"}), "test")
-    version = container.models.push(operator, "sum", _sum_model())
+    version = container.models.push(operator, "sum", sum_model(VALUES))
     container.deployments.create(operator, "sum", {"kind": "single", "model": "sum", "version": version.version})
     port, started = free_port(), []
     with running_sluice(home, dict(os.environ), "--workers", "1", "--grpc-port", str(port), started=started) as (_, key):
-        client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if client.is_server_live():
-                    break
-            except InferenceServerException:
-                pass
-            assert time.monotonic() < deadline, "sluice serve's gRPC port did not answer in 30 s"
-            time.sleep(0.2)
+        client = grpc_client(port)
         headers = {"authorization": f"Bearer {key}"}
         values = np.random.default_rng(0).random((1, VALUES), dtype=np.float32)
         tensor = grpcclient.InferInput("input", [1, VALUES], "FP32")

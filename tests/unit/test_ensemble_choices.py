@@ -21,16 +21,13 @@ from sluice.domain.policy import parse_policy
 from sluice.domain.results import InferenceResult
 from sluice.inference.execution import Call, PolicyRunner
 from tests.integration.traffic_fakes import REGRESSOR
+from tests.support import single, split_policy
 
 BANDIT = {"algorithm": "epsilon_greedy", "epsilon": 0.5}
 
 
-def single(model: str) -> dict[str, Any]:
-    return {"kind": "single", "model": model, "version": 1}
-
-
 def bandit(model: str) -> dict[str, Any]:
-    return {"kind": "split", "bandit": BANDIT, "variants": [{"name": "a", "weight": 1, "target": single(model)}, {"name": "b", "weight": 1, "target": single(model)}]}
+    return {**split_policy({"a": (1, single(model, 1)), "b": (1, single(model, 1))}), "bandit": BANDIT}
 
 
 class Turns:
@@ -105,14 +102,14 @@ def test_a_hedge_leaves_the_choices_of_the_member_that_answered_alone(fast: int,
     """The slow member holds a hedge of its own whose bandit may choose after the fast member
     answered (its rewards read coming back as it is stopped): that choice is never the request's,
     nor is any the slow member made before; the fast member's bandit's is."""
-    inner = {"kind": "ensemble", "aggregator": "first_success", "members": [{"name": "x", "target": bandit("hang")}, {"name": "y", "target": single("hang")}]}
+    inner = {"kind": "ensemble", "aggregator": "first_success", "members": [{"name": "x", "target": bandit("hang")}, {"name": "y", "target": single("hang", 1)}]}
     through_ref = through_ref or wrapped  # a policy nests four levels deep at most: deeper, through a reference
     hedge = {
         "kind": "ensemble", "aggregator": "first_success",
-        "members": [{"name": "fast", "target": bandit("fast") if fast_bandit else single("fast")}, {"name": "slow", "target": {"kind": "ref", "deployment": "inner"} if through_ref else inner}],
+        "members": [{"name": "fast", "target": bandit("fast") if fast_bandit else single("fast", 1)}, {"name": "slow", "target": {"kind": "ref", "deployment": "inner"} if through_ref else inner}],
     }  # fmt: skip
     # Wrapped: the hedge is one member of a mean ensemble, so the request goes on after it answers.
-    policy = {"kind": "ensemble", "aggregator": "mean", "members": [{"name": "h", "target": hedge}, {"name": "z", "target": single("z")}]} if wrapped else hedge
+    policy = {"kind": "ensemble", "aggregator": "mean", "members": [{"name": "h", "target": hedge}, {"name": "z", "target": single("z", 1)}]} if wrapped else hedge
     at_end, settled, raised = run(policy, {"fast": fast, "hang": -1, "z": 8}, Reads(reads, inner))
     assert raised is None
     top = "h/" if wrapped else ""

@@ -97,7 +97,7 @@ def test_held_requests_never_hold_the_tensors_profiles_leave_out() -> None:
     wide = np.zeros((2, 500), np.float32)
     recorder.observe(("t", "d", 1, ""), None, {"image": image, "x": np.ones((2, 4))}, {"e": wide, "y": np.ones(2)}, {}, 2)
     (held,) = recorder._held.values()
-    inputs, outputs, _ = held.parts[0]
+    inputs, outputs, _ = next(iter(held.parts))
     assert inputs["image"].nbytes == 0 and inputs["image"].shape == (2, 0)
     assert outputs["e"].nbytes == 0 and inputs["x"].shape == (2, 4) and outputs["y"].shape == (2,)
 

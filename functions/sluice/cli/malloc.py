@@ -75,11 +75,6 @@ def _libc() -> Any:
     return libc
 
 
-def _malloc_trim() -> Any:
-    libc = _libc()
-    return None if libc is None else libc.malloc_trim
-
-
 def operator_tuned(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether the operator set glibc's malloc thresholds themselves, as a variable of their
     own or in `GLIBC_TUNABLES` (`name=value` pairs joined by `:`): then theirs stand. Other
@@ -100,10 +95,10 @@ def keep_large_blocks() -> bool:
 
 def trim() -> bool:
     """What the heap holds free given back to the system now; whether this C library can."""
-    call = _malloc_trim()
-    if call is None:
+    libc = _libc()
+    if libc is None:
         return False
-    call(0)
+    libc.malloc_trim(0)
     return True
 
 
@@ -112,7 +107,7 @@ def give_back_after_bursts(every_s: float = TRIM_EVERY_S) -> bool:
     however often asked), the heap keeping large blocks meanwhile (`keep_large_blocks`);
     whether one runs."""
     global _thread
-    if _malloc_trim() is None:
+    if _libc() is None:
         return False
     with _lock:
         if _thread is None or not _thread.is_alive():

@@ -250,7 +250,6 @@ class PolicyRunner:
         # (`first_success`), that member's alone. A member stopped when another answered may
         # still choose on its way out (a nested hedge's read coming back): into its own list.
         own: list[list[str] | None] = [None if call.chosen is None else [] for _ in node.members]
-        won_at: list[int] = []  # the member whose answer is the ensemble's, where one is
 
         async def member_call(index: int) -> tuple[int, Answer | None, SluiceError | None, float]:
             member = node.members[index]
@@ -270,17 +269,21 @@ class PolicyRunner:
                 error = exc
             return index, None, error, (time.perf_counter() - started) * 1000
 
+        won: int | None = None  # the member whose answer is the ensemble's, where one is
         try:
-            return await self._members(node, member_call, won_at)
+            answer, won = await self._members(node, member_call)
+            return answer
         finally:
             if call.chosen is not None:
                 for i, choices in enumerate(own):
-                    if choices and (not won_at or i == won_at[0]):
+                    if choices and (won is None or i == won):
                         call.chosen.extend(choices)
 
     async def _members(
-        self, node: Ensemble, member_call: Callable[[int], Awaitable[tuple[int, Answer | None, SluiceError | None, float]]], won_at: list[int]
-    ) -> Answer:
+        self, node: Ensemble, member_call: Callable[[int], Awaitable[tuple[int, Answer | None, SluiceError | None, float]]]
+    ) -> tuple[Answer, int | None]:
+        """The members run, and the ensemble's answer; with the member whose answer it is alone
+        (`first_success`), else None."""
         started = time.perf_counter()
         tasks = [asyncio.ensure_future(member_call(i)) for i in range(len(node.members))]
         done: list[tuple[int, Answer | None, SluiceError | None, float]] = []
@@ -307,8 +310,7 @@ class PolicyRunner:
             won = next(((i, a) for i, a, _, _ in done if a is not None), None)  # in order of arrival
             if won is None:
                 raise BackendError("no ensemble member answered", members=report)
-            won_at.append(won[0])  # the answer is its alone: feedback on it rewards no other member's bandit
-            return replace(won[1], members=report)
+            return replace(won[1], members=report), won[0]  # its alone: feedback on it rewards no other member's bandit
         need = node.min_members or len(node.members)
         if len(answers) < need:
             timed_out = all(e is not None and e.status == 504 for _, a, e, _ in done if a is None)
@@ -320,7 +322,7 @@ class PolicyRunner:
         )
         first_answer = answers[0][1]
         exposed = frozenset().union(*(a.exposed for _, a in answers)).intersection(combined.outputs)  # a value may be one
-        return Answer(first_answer.signature, combined, first_answer.version, members=report, exposed=exposed)
+        return Answer(first_answer.signature, combined, first_answer.version, members=report, exposed=exposed), None
 
 
 def _member_report(name: str, answer: Answer | None, error: SluiceError | None, ms: float) -> dict[str, Any]:

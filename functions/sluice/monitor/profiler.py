@@ -77,9 +77,6 @@ class _Parts:
     def __len__(self) -> int:
         return len(self.inputs)
 
-    def __getitem__(self, i: int) -> Part:
-        return self.inputs[i], self.outputs[i], self.classes[i]
-
     def __iter__(self) -> Iterator[Part]:
         return zip(self.inputs, self.outputs, self.classes, strict=True)
 
