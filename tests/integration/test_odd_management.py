@@ -264,7 +264,9 @@ def test_a_version_may_not_name_an_endpoint_sluice_made_for_another_tenant(clien
 
     pushed = client.post("/api/v1/models/sm/versions", content=(MODELS / "iris.onnx").read_bytes(), headers={**auth(keys["acme"]), "content-type": "application/octet-stream"})
     uri = pushed.json()["artifact_uri"]
-    for name, status in ((endpoint_name("globex", "ranker"), 403), (endpoint_name("acme", "iris"), 201), ("ranker-prod", 201)):
+    theirs = endpoint_name("globex", "ranker")
+    cases = ((theirs, 403), (theirs.upper(), 403), (theirs.capitalize() + "-variant", 403), (endpoint_name("acme", "iris"), 201), (endpoint_name("acme", "iris").upper(), 201), ("ranker-prod", 201))
+    for name, status in cases:  # SageMaker's names are unique ignoring case: so is this rule
         r = client.post("/api/v1/models/sm/versions", json={"artifact_uri": uri, "runtime": "sagemaker", "config": {"endpoint_name": name}}, headers=auth(keys["acme"]))
         assert r.status_code == status, (name, r.text)
         if status == 403:

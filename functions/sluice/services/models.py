@@ -287,17 +287,19 @@ class ModelService:
         """A version may name an endpoint of its own making (the operator's), or one sluice
         made for a deployment of its tenant; never one sluice made for another tenant's
         (`sluice.endpoints.names`: predictable from its tenant's and deployment's names, and the
-        API's role may invoke every one of them)."""
+        API's role may invoke every one of them). Names are compared as SageMaker tells them
+        apart, ignoring case: it makes endpoint names unique that way."""
         from sluice.endpoints.names import endpoint_name
 
         own: set[str] | None = None
         for key in ("endpoint_name", "async_endpoint_name", "inference_component"):
             name = config.get(key)
-            if not isinstance(name, str) or not _MADE_BY_SLUICE.match(name):
+            if not isinstance(name, str) or not _MADE_BY_SLUICE.match(name.lower()):
                 continue
             if own is None:
                 own = {endpoint_name(tenant, d.name) for d in self.registry.list_deployments(tenant)}
-            if not any(name == made or name.startswith(made + "-") for made in own):
+            lowered = name.lower()  # sluice's own names are lower case
+            if not any(lowered == made or lowered.startswith(made + "-") for made in own):
                 raise Forbidden(f"config.{key} '{name}' is an endpoint sluice made for a deployment of another tenant, or none", field=f"config.{key}")
 
     def _refuse_if_deployed(self, tenant: str, model: str, version: int | None) -> None:
