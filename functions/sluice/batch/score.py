@@ -149,14 +149,20 @@ class ChunkScorer:
                     f"chunk {chunk.index}: {rows_in} rows read, {chunk.rows} planned, "
                     f"{rows_out} scored and {rows_failed} failed"
                 )
-            part_uri = join(spec.output_uri, part_name(chunk.index, spec.output_format)) if rows_out else None
-            error_uri = join(spec.output_uri, error_name(chunk.index)) if rows_failed else None
+            part_at = join(spec.output_uri, part_name(chunk.index, spec.output_format))
+            errors_at = join(spec.output_uri, error_name(chunk.index))
+            part_uri, error_uri = part_at if rows_out else None, errors_at if rows_failed else None
             if before_writing is not None:
                 before_writing()
-            if part_uri:
-                self.files.upload(part_uri, part.path, content_type=CONTENT_TYPES[spec.output_format])
-            if error_uri:
-                self.files.upload(error_uri, errors.path, content_type=CONTENT_TYPES["jsonl"])
+            # Each of the chunk's two names holds this try's rows or nothing: a file an earlier
+            # try of the chunk left there (its recording failed, the chunk was tried again and
+            # its rows ended otherwise, as a split's variants may) never stays beside this one's.
+            for uri, path, kind in ((part_uri, part.path, spec.output_format), (error_uri, errors.path, "jsonl")):
+                if uri is not None:
+                    self.files.upload(uri, path, content_type=CONTENT_TYPES[kind])
+            for uri, at in ((part_uri, part_at), (error_uri, errors_at)):
+                if uri is None:
+                    self.files.delete(at)  # nothing there: nothing done
         return ChunkResult(
             index=chunk.index,
             rows_in=rows_in,

@@ -155,6 +155,52 @@ def test_a_chunk_scored_again_after_it_was_recorded_leaves_its_files_as_finalize
     assert runner.finalize(acme.tenant, job.id)["status"] == "SUCCEEDED"
 
 
+@pytest.mark.parametrize("again", ["scores every row", "refuses every row"])
+def test_a_chunk_tried_again_leaves_only_that_trys_files(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, again: str) -> None:
+    """A chunk whose files were written but whose recording failed is scored again, and its
+    rows may end otherwise (a split's variants refuse different rows): the first try's part or
+    error file does not stay beside the second's, so the folder, the errors API and the
+    manifest say the same."""
+    from sluice.domain.errors import InvalidInput, Unavailable
+
+    rows = iris_rows(1400)  # two chunks of 700; chunk 0's rows told apart by a sepal length past 10
+    for row in rows[:700]:
+        row["sepal_length"] += 10.0
+    rows[3]["sepal_length"] = 19.99  # the row the first try's variant refuses
+    path = write_input(tmp_path / "in.parquet", rows, row_group_rows=700)
+    predictions, registry = batch.batch_runner.predictions, batch.registry
+    real_predict, real_record, tries = predictions.predict, registry.record_chunk, {"chunk 0": 0}
+
+    async def predict(principal: Any, request: Any) -> Any:
+        lengths = next(iter(request.inputs.arrays.values()))[:, 0]
+        if (lengths > 10).all():  # a call of chunk 0's rows
+            if tries["chunk 0"] == 0 and (abs(lengths - 19.99) < 1e-3).any():
+                raise InvalidInput("the first try's variant refuses sepal lengths of 19.99")
+            if tries["chunk 0"] == 1 and again == "refuses every row":
+                raise InvalidInput("the second try's variant refuses every row")
+        return await real_predict(principal, request)
+
+    def record_chunk(tenant: str, job_id: str, result: Any) -> bool:
+        if result.index == 0 and tries["chunk 0"] == 0:
+            tries["chunk 0"] += 1  # files written, the registry throttled: the chunk is tried again
+            raise Unavailable("the registry is throttled")
+        return real_record(tenant, job_id, result)
+
+    monkeypatch.setattr(predictions, "predict", predict)
+    monkeypatch.setattr(registry, "record_chunk", record_chunk)
+    job = run_job(batch, acme, path, deployment="iris", key_columns=["id"], output_uri=str(tmp_path / "out"))
+    assert job.status == "SUCCEEDED" and tries["chunk 0"] == 1, job.error
+    failed = 700 if again == "refuses every row" else 0
+    assert (job.rows_in, job.rows_out, job.rows_failed) == (1400, 1400 - failed, failed)
+    scored = [i for p in sorted((tmp_path / "out").glob("part-*.parquet")) for i in pq.read_table(p).column("id").to_pylist()]
+    assert len(scored) == 1400 - failed and sorted(scored) == sorted(read_parts(job).column("id").to_pylist())
+    errors = sorted(p.name for p in (tmp_path / "out").glob("errors/*"))
+    assert errors == (["part-00000.jsonl"] if failed else [])
+    api = batch.batch.error_rows(acme, job.id, limit=100)
+    assert [r["row"] for r in api["rows"]] == [r["row"] for r in read_errors(job)][:100]
+    assert _folder(job) == _listed(job) | {"_SUCCESS", "_manifest.json"}, _folder(job)
+
+
 def test_finalize_fails_a_job_whose_part_was_replaced_after_it_was_scored(batch: Container, acme: Principal, tmp_path: Path) -> None:
     job = _scored_not_finalized(batch, acme, tmp_path)
     out = tmp_path / "out"
