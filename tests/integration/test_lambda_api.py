@@ -98,6 +98,16 @@ def test_the_authorizer_context_decides_the_tenant(handler: Any) -> None:
     assert response["statusCode"] == 404  # globex has no deployment "iris"
 
 
+@pytest.mark.parametrize("scopes", [None, 7, {"predict": True}])
+def test_authorizer_scopes_that_are_no_list_grant_nothing(handler: Any, scopes: Any) -> None:
+    """An authorizer that emits no scopes, or scopes of no kind sluice reads, leaves a
+    principal with none: a 403 for a prediction, never a 500."""
+    event = load("api_rest_predict.json")
+    event["requestContext"]["authorizer"]["scopes"] = scopes
+    response = handler(event, LambdaContext())
+    assert response["statusCode"] == 403, response
+
+
 def test_without_an_authorizer_the_api_key_is_checked(handler: Any, demo: Container) -> None:
     event = load("api_rest_predict_api_key.json")
     assert handler(event, LambdaContext())["statusCode"] == 401

@@ -59,3 +59,25 @@ def test_the_same_key_finds_the_same_variant_everywhere(demo: Container, acme: P
     versions = _versions(client, key, user, spelling)
     event(f"version {versions['simple, header']}")
     assert len(set(versions.values())) == 1, versions
+
+
+def test_a_v2_routing_key_is_text_or_a_whole_number_and_nothing_else(demo: Container, acme: Principal, client: TestClient) -> None:
+    """`parameters.routing_key` is free-form JSON in v2: a whole number routes as its digits
+    (a user id sent as a number finds the variant its text does), and anything else (an
+    object, a list, true, a fraction) or text past 256 characters is refused naming it, never
+    read as its Python spelling (`{'a': 1}`, `True`) or, for false and 0, as no key at all."""
+    demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())
+    key = api_keys(demo)["acme"]
+    policy = split_policy({"stable": (50.0, single("iris", 1)), "canary": (50.0, single("iris", 2))}, routing_key="X-User-Id")
+    assert client.post("/api/v1/deployments", json={"name": "split", "policy": policy}, headers=auth(key)).status_code == 201
+    v2 = {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": ROW}]}
+
+    def infer(routing_key: Any) -> Any:
+        return client.post("/v2/models/split/infer", json={**v2, "parameters": {"routing_key": routing_key}}, headers=auth(key))
+
+    for number in (0, 7, 12345678901234567890):
+        as_number, as_text = infer(number), infer(str(number))
+        assert as_number.status_code == 200 and as_number.json()["model_version"] == as_text.json()["model_version"], as_number.text
+    for wrong in ({"a": 1}, ["u1"], True, False, 1.5, "u" * 257):
+        r = infer(wrong)
+        assert r.status_code == 400 and r.json()["field"] == "parameters.routing_key", (wrong, r.text)

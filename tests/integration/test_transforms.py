@@ -100,6 +100,12 @@ FEATURE_OPS = EXAMPLE["steps"][0]["target"]["ops"]
         (_with(EXAMPLE, 2, ops=[{"op": "platt", "input": "nothing", "a": 1, "b": 0}]), "policy.steps.2.target.ops.0.input", "no tensor 'nothing'"),
         (_with(EXAMPLE, 0, inputs=None), "policy.steps.0.target.inputs", "declares the inputs"),
         (_with(EXAMPLE, 0, ops=[{"op": "clip", "input": "length"}]), "policy.steps.0.target.ops.0", "min, max or both"),
+        # JSON has no bound on digits: a whole number no float holds is refused here, not met per request (a 500)
+        (_with(EXAMPLE, 0, ops=[{"op": "standardize", "input": "length", "mean": 10**400, "std": 1}]), "policy.steps.0.target.ops.0.mean", "64-bit float"),
+        (_with(EXAMPLE, 0, ops=[{"op": "bucketize", "input": "length", "boundaries": [1, -(10**309)]}]), "policy.steps.0.target.ops.0.boundaries.1", "64-bit float"),
+        (_with(EXAMPLE, 2, ops=[{"op": "platt", "input": "score", "a": 10**400, "b": 0}]), "policy.steps.2.target.ops.0.a", "64-bit float"),
+        # a plain union's member labels (pydantic's `int`, `constrained-int`) are no field of the request
+        (_with(EXAMPLE, 0, ops=[{"op": "standardize", "input": "length", "mean": "x", "std": 1}]), "policy.steps.0.target.ops.0.mean", "valid"),
     ],
 )
 def test_a_transform_that_does_not_fit_is_refused_when_saved(http: tuple[TestClient, dict[str, str]], policy: dict[str, Any], field: str, words: str) -> None:
@@ -127,6 +133,11 @@ def test_nan_a_transform_makes_is_refused_by_the_model_step_and_rows_that_do_not
     assert r.status_code == 400, r.text
     assert r.json()["field"] == "inputs.embedding" and "step 'score'" in r.json()["error"] and "NaN or infinite" in r.json()["error"], r.text
     assert client.post("/api/v1/predictions", json={"deployment": "logged", "batch": rows[:1]}, headers=headers).status_code == 200
+    # a parameter past FP32's range is infinite where the op computes: clipped to it, every row is
+    clipped = _with(EXAMPLE, 0, ops=[{"op": "clip", "input": "length", "min": 1e39}, *FEATURE_OPS[2:]])
+    assert client.post("/api/v1/deployments", json={"name": "clipped", "policy": clipped}, headers=headers).status_code == 201
+    r = client.post("/api/v1/predictions", json={"deployment": "clipped", "batch": rows[:1]}, headers=headers)
+    assert r.status_code == 400 and "step 'score'" in r.json()["error"] and "NaN or infinite" in r.json()["error"], r.text
     body = {"inputs": [
         {"name": "length", "datatype": "FP32", "shape": [3], "data": [5.1, 7.0, 4.4]},
         {"name": "colour", "datatype": "BYTES", "shape": [2], "data": ["red", "blue"]},

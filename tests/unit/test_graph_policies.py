@@ -69,6 +69,11 @@ def test_a_sequence_and_a_switch_read_back_as_written() -> None:
         (switch(("default", {"field": "routing_key", "op": "exists"})), "policy.cases.0.name", "names the switch's default"),
         (switch(("x", {"field": "routing_key", "op": "exists"}), ("x", {"field": "routing_key", "op": "exists"})), "policy.cases.1.name", "used twice"),
         ({"kind": "switch", "cases": [], "default": B}, "policy.cases", "at least 1"),
+        # a column is a JSON integer or a feature name: true and 1.0 are not column 1
+        (switch(("x", {"field": "inputs.input", "column": True, "op": "<", "value": 2.5})), "policy.cases.0.when.column", "valid"),
+        (switch(("x", {"field": "inputs.input", "column": 1.0, "op": "<", "value": 2.5})), "policy.cases.0.when.column", "valid"),
+        (switch(("x", {"field": "inputs.input", "column": -1, "op": "<", "value": 2.5})), "policy.cases.0.when.column", "greater than or equal to 0"),
+        (switch(("x", {"field": "routing_key", "op": "in", "value": [None]})), "policy.cases.0.when.value", "valid"),
     ],
 )
 def test_a_graph_node_that_cannot_work_is_refused_naming_its_field(policy: dict[str, Any], field: str, words: str) -> None:

@@ -168,6 +168,38 @@ def test_a_plan_knows_which_outputs_are_finite_by_construction(ops: list[dict[st
     assert plan_of(node, columns).finite[checked] == finite
 
 
+_PARAMETER = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**1000), 2**1000).map(lambda i: i if abs(i) < 1e308 else 7))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    op=st.sampled_from(["clip_min", "clip_max", "fill", "platt", "ordinal"]),
+    value=_PARAMETER,
+    other=_PARAMETER,
+    data=st.lists(st.floats(-3.0000000054977558e38, 3.0000000054977558e38, width=32), min_size=3, max_size=12).map(lambda v: v[: len(v) // 3 * 3]),
+)
+def test_an_output_said_finite_by_construction_is_finite_whatever_the_parameters(op: str, value: float, other: float, data: list[float]) -> None:
+    """What a plan says a model step need not look through (`finite`) holds for any finite
+    parameter a policy may give, a number past FP32's range included (in FP32 it is infinite:
+    a clip to it, a fill with it or a platt scaled by it made infinity or NaN the model was fed)."""
+    ops = {
+        "clip_min": {"op": "clip", "input": "x", "min": value},
+        "clip_max": {"op": "clip", "input": "x", "max": value},
+        "fill": {"op": "fill", "input": "x", "value": value},
+        "platt": {"op": "platt", "input": "x", "a": value, "b": other},
+        "ordinal": {"op": "ordinal", "input": "s", "vocabulary": VOCAB, "unknown": value, "output": "x"},
+    }[op]
+    declared = [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in SPECS]
+    node = Transform.model_validate({"kind": "transform", "inputs": declared, "ops": [ops]})
+    columns: dict[int, list[int]] = {}
+    answer_specs(node, SPECS, columns=columns)
+    x = np.asarray(data or [0.0, 0.0, 0.0], np.float32).reshape(-1, 3)
+    with np.errstate(all="ignore"):
+        out = run_transform(node, rows(x), columns)["x"]
+    if "x" in plan_of(node, columns).finite[True]:
+        assert np.isfinite(out).all(), (ops, out)
+
+
 _BOUNDS = [2**31, 2**31 - 1, -(2**31), -(2**31) - 1, 2**63, 2**63 - 1, -(2**63), 2**32, 3e9]
 
 

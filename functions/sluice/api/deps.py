@@ -143,7 +143,9 @@ def _authorized(tenant: Any, scopes: Any, subject: Any) -> Principal:
             return found
     if isinstance(scopes, str):
         scopes = scopes.replace(",", " ").split()
-    principal = Principal(str(tenant), frozenset(scopes), str(subject))
+    elif not isinstance(scopes, list | tuple):  # null, a number: no scopes (a 403 where one is needed), never a 500
+        scopes = ()
+    principal = Principal(str(tenant), frozenset(str(s) for s in scopes), str(subject))
     if cacheable:
         keep(_PRINCIPALS, key, principal, MAX_PRINCIPALS)
     return principal

@@ -30,6 +30,7 @@ from sluice.domain.requests import (
     Tensor,
     TensorInputs,
     UploadInputs,
+    routing_key_of,
 )
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ async def infer(
         outputs=wanted,
         classify=classify,
         variant=params.get("variant"),
-        routing_key=str(params.get("routing_key") or "") or None,
+        routing_key=routing_key_of(params),
         headers=headers,
         request_id=rid,
         log_fields={"request_id": rid, "tenant": principal.tenant},

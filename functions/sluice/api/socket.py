@@ -38,6 +38,7 @@ from sluice.domain.requests import (
     RowInputs,
     Tensor,
     TensorInputs,
+    routing_key_of,
 )
 from sluice.domain.values import VersionNumber
 from sluice.services.keys import UNCHECKED, HeldKey
@@ -171,7 +172,7 @@ class Session:
                 outputs=wanted,
                 classify=classify,
                 variant=params.get("variant"),
-                routing_key=str(params.get("routing_key") or "") or None,
+                routing_key=routing_key_of(params),
                 headers=self.headers,
                 request_id=request_id,
                 log_fields={"request_id": request_id, "tenant": principal.tenant, "connection": self.connection_id},

@@ -54,7 +54,7 @@ class Compare(ReadsRequest, Part):
     path_field: ClassVar[str] = "field"
 
     field: str = Field(description="routing_key, headers.<name>, parameters.<name> or inputs.<name>.")
-    column: Annotated[int, Field(ge=0)] | Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
+    column: Annotated[StrictInt, Field(ge=0)] | Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
         None, description="inputs only: a column of the input's last axis, by index or feature name."
     )
     op: Op

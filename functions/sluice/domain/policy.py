@@ -24,6 +24,7 @@ fit, references resolve without cycles) live in the deployments service.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import cached_property
 from typing import Annotated, Any, Literal, Union
@@ -234,14 +235,19 @@ NODE: TypeAdapter[Node] = TypeAdapter(Node)
 
 def policy_field(loc: tuple[Any, ...] | list[Any], prefix: str = "policy") -> str:
     """A pydantic error location as the API names fields: union tags left out (a name right
-    after a tag is a field of the tagged part, as a function node's `function` is)."""
+    after a tag is a field of the tagged part, as a function node's `function` is), and the
+    labels pydantic gives the members of a plain union (`bool`, `constrained-int`,
+    `list[...]`): no request has a field of those names."""
     parts = [prefix] if prefix else []
     after_tag = False
     for p in loc:
         after_tag = p in NOT_FIELDS and not after_tag
-        if not after_tag:
+        if not after_tag and not (type(p) is str and UNION_MEMBER.fullmatch(p)):
             parts.append(str(p))
     return ".".join(parts)
+
+
+UNION_MEMBER = re.compile(r"(?:bool|int|float|str|bytes|none|constrained-[a-z]+|[a-z-]+\[.*\])")  # pydantic's labels
 
 
 def parse_policy(data: Any, *, field: str = "policy") -> Node:

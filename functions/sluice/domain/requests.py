@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sluice.domain.errors import BadRequest
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -79,6 +81,26 @@ def header_of(headers: Mapping[str, str], name: str) -> str | None:
     if found is not None and getattr(headers, "raw", None) is not None:
         return as_sent(found)
     return found
+
+
+MAX_ROUTING_KEY = 256  # as the simple-JSON body's `routing_key`
+
+
+def routing_key_of(parameters: Mapping[str, Any]) -> str | None:
+    """An Open Inference Protocol request's `parameters.routing_key` (REST, gRPC, a WebSocket
+    message) as routing reads it: text, or a whole number as its digits (a user id sent as a
+    number); "" none. Any other value, or text past 256 characters, is refused naming it,
+    never read as its Python spelling."""
+    key = parameters.get("routing_key")
+    if key is None or type(key) is str:
+        text = key
+    elif type(key) is int:
+        text = str(key)
+    else:
+        raise BadRequest(f"parameters.routing_key is text (a user id, say), not {type(key).__name__}", field="parameters.routing_key")
+    if text is not None and len(text) > MAX_ROUTING_KEY:
+        raise BadRequest(f"parameters.routing_key is at most {MAX_ROUTING_KEY} characters, not {len(text)}", field="parameters.routing_key")
+    return text or None
 
 
 def as_sent(value: str) -> str:

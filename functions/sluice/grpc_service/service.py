@@ -35,7 +35,7 @@ from sluice.domain.errors import (
     Unauthenticated,
     UnknownDeployment,
 )
-from sluice.domain.requests import PredictionRequest, TensorInputs
+from sluice.domain.requests import PredictionRequest, TensorInputs, routing_key_of
 from sluice.domain.values import parse_version
 from sluice.grpc_service.tensors import response_of, tensors_of
 from sluice.inference.metadata import EXTENSIONS, metadata_of, ready_to_answer
@@ -281,7 +281,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             outputs=wanted,
             classify=classify,
             variant=str(variant) if variant is not None else None,
-            routing_key=str(params.get("routing_key") or "") or None,
+            routing_key=routing_key_of(params),
             headers=metadata,
             request_id=rid,
             log_fields={"request_id": rid, "tenant": principal.tenant},

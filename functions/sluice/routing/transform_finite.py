@@ -8,7 +8,6 @@ clip, fill, softmax, platt, top_k) do not."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -66,9 +65,13 @@ _MADE: dict[str, Callable[[Any], str]] = {
 
 
 def _finite_parameters(op: Any) -> bool:
-    """No parameter of `op` is NaN or infinite (a policy's JSON may hold them)."""
+    """No parameter of `op` is NaN or infinite (a policy's JSON may hold them), nor past what
+    FP32 holds: an op computes in its tensor's type, where such a number is infinite."""
     for value in vars(op).values():
         for number in value if isinstance(value, list) else (value,):
-            if isinstance(number, float) and not math.isfinite(number):
+            if type(number) in (int, float) and not abs(number) <= FP32_MAX:  # NaN too
                 return False
     return True
+
+
+FP32_MAX = 3.4028234663852886e38  # FP32's largest finite number
