@@ -273,14 +273,13 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         params = {k: _parameter(v) for k, v in message.parameters.items()}
         wanted = tuple(out.name for out in message.outputs) or None
         classify = asked((out.name, {k: _parameter(v) for k, v in out.parameters.items()}) for out in message.outputs)
-        variant = params.get("variant")
         core = PredictionRequest(
             deployment=message.model_name,
             inputs=TensorInputs(tensors_of(request)),
             version=_version(message.model_version),
             outputs=wanted,
             classify=classify,
-            variant=str(variant) if variant is not None else None,
+            variant=params.get("variant"),  # as REST's: of any type, refused unless text (`_check_variant`)
             routing_key=routing_key_of(params),
             headers=metadata,
             request_id=rid,

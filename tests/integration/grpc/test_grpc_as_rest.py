@@ -37,12 +37,22 @@ def _tensor(draw: Any) -> dict[str, Any]:
     return {"name": name, "datatype": datatype, "shape": shape, "data": draw(st.lists(v2_values(datatype), min_size=size, max_size=size))}
 
 
+# What routing reads from a request's parameters, of each type a gRPC InferParameter holds
+# (bool, int64, string, double) and JSON gives alike: refused or taken the same both ways.
+_PARAMETERS = st.dictionaries(
+    st.sampled_from(["routing_key", "variant"]),
+    st.text(max_size=3) | st.text(min_size=255, max_size=258) | st.integers(-(2**63), 2**63 - 1) | st.booleans() | st.floats(allow_nan=False, allow_infinity=False),
+    max_size=2,
+)
+
+
 _REQUEST = st.fixed_dictionaries({
     "model": st.sampled_from(["iris", "iris", "diabetes", "diabetes", "nope"]),
     "version": st.sampled_from(["", "", "", "1", "7"]),
     "inputs": st.lists(_tensor(), min_size=1, max_size=1) | st.lists(_tensor(), min_size=2, max_size=2),
     "outputs": st.one_of(st.none(), st.none(), st.lists(st.sampled_from(["output_label", "output_probability", "variable", "nope"]), min_size=1, max_size=2, unique=True)),
     "key": st.sampled_from(["acme", "acme", "acme_predict", "globex", "wrong"]),
+    "parameters": st.none() | _PARAMETERS,
 })  # fmt: skip
 
 
@@ -54,7 +64,8 @@ def _right(draw: Any) -> dict[str, Any]:
     data = draw(st.lists(v2_values("FP32"), min_size=rows * width, max_size=rows * width))
     outputs = draw(st.sampled_from([None, ["output_label"], ["output_probability", "output_label"]] if model == "iris" else [None, ["variable"]]))
     tensor = {"name": "input", "datatype": "FP32", "shape": [rows, width], "data": data}
-    return {"model": model, "version": draw(st.sampled_from(["", "1"])), "inputs": [tensor], "outputs": outputs, "key": draw(st.sampled_from(["acme", "acme_predict"]))}
+    parameters = draw(st.none() | st.none() | _PARAMETERS)
+    return {"model": model, "version": draw(st.sampled_from(["", "1"])), "inputs": [tensor], "outputs": outputs, "key": draw(st.sampled_from(["acme", "acme_predict"])), "parameters": parameters}
 
 
 @pytest.fixture
@@ -94,6 +105,8 @@ def test_grpc_answers_as_rest_for_any_request(grpc_url: str, rest: TestClient, k
     body: dict[str, Any] = {"inputs": request["inputs"]}
     if request["outputs"] is not None:
         body["outputs"] = [{"name": n} for n in request["outputs"]]
+    if request["parameters"] is not None:
+        body["parameters"] = request["parameters"]
     answered = rest.post(path, content=json.dumps(body), headers={**auth(key), "content-type": "application/json"})
 
     message = pb.ModelInferRequest(model_name=model, model_version=version)
@@ -103,6 +116,9 @@ def test_grpc_answers_as_rest_for_any_request(grpc_url: str, rest: TestClient, k
         message.inputs.append(tensor)
     for name in request["outputs"] or ():
         message.outputs.append(pb.ModelInferRequest.InferRequestedOutputTensor(name=name))
+    for name, value in (request["parameters"] or {}).items():
+        kind = {bool: "bool_param", int: "int64_param", str: "string_param", float: "double_param"}[type(value)]
+        setattr(message.parameters[name], kind, value)
     with grpc.insecure_channel(grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         try:
