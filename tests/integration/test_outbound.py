@@ -198,3 +198,32 @@ def test_a_port_range_is_low_to_high_within_tcp_ports(entry: str) -> None:
     with pytest.raises(BadRequest):
         parse_allowlist([entry], field="triton_url_prefixes")
     assert [r.ports for r in parse_allowlist(["http://127.0.0.1:8100-8102"])] == [range(8100, 8103)]
+
+
+def test_a_triton_url_is_checked_against_the_allowlist_in_force_at_each_call() -> None:
+    """A server admitted at one call and no longer on the allowlist at the next is refused
+    there, before anything is sent (the check's answer is kept only while the URL and the
+    allowlist are the ones it was given)."""
+    import asyncio
+
+    from sluice.domain import ModelVersion
+    from sluice.domain.signature import Signature
+    from sluice.runtimes.triton import TritonRuntime
+
+    with _server(_answers(GOOD_META, GOOD_CONFIG)) as server:
+        version = ModelVersion("acme", "remote", 1, "triton", "", "", 0, Signature((), ()), config={"url": f"http://127.0.0.1:{server.port}", "model_name": "m"})
+        runtime = TritonRuntime(timeout_s=5, allowed=parse_allowlist(["http://127.0.0.1:*"]))
+
+        async def go() -> None:
+            await runtime.model_config(version)
+            await runtime.model_config(version)  # the same allowlist: admitted again
+            runtime.allowed = parse_allowlist([f"http://127.0.0.1:{server.port + 1}"])  # the server no longer admitted
+            hits = len(server.hits)
+            with pytest.raises(Forbidden) as refused:
+                await runtime.model_config(version)
+            assert refused.value.field == "config.url" and len(server.hits) == hits
+            runtime.allowed = parse_allowlist([f"http://127.0.0.1:{server.port}"])  # and admitted once more
+            await runtime.model_config(version)
+            await runtime.close()
+
+        asyncio.run(go())

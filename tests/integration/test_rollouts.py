@@ -287,6 +287,54 @@ def test_a_manual_policy_change_pauses_the_rollout(
     ]
 
 
+def test_a_settings_change_starts_the_step_again_on_the_new_revisions_traffic(
+    twin: Container, acme: Principal, keys: dict[str, str], rollouts: RolloutService, clock: Clock
+) -> None:
+    """Statistics are counted per revision: a change of the settings alone (batching, capture,
+    cache) keeps the rollout running, its step started again, so the step is judged on a whole
+    `every` of the new revision's traffic, not on the seconds left of the old one's."""
+    client = TestClient(create_app(twin))
+    start(rollouts, acme, every="10m", min_requests=10)
+    clock.now += 590  # most of the step gone by...
+    changed = twin.deployments.update(acme, "iris", None, batching={"max_batch_size": 4, "max_delay_us": 100})
+    assert changed.rollout is not None and changed.rollout.state == "running" and changed.rollout.step_started_at == clock.now
+    assert notes(twin, acme)[-1]["rollout"] == "restarted" and "settings were changed by test-acme" in changed.rollout.reason
+    clock.now += 10  # ...then ten seconds of the new revision's traffic
+    send(client, keys["acme"], "stable", 10)
+    send(client, keys["acme"], "candidate", 10)
+    decision = rollouts.tick("acme", "iris")
+    assert decision is not None and decision.action == "hold" and "the step lasts 590 s more" in decision.reason, decision
+    clock.now += 600
+    moved = rollouts.tick("acme", "iris")
+    assert moved is not None and moved.action == "advance", moved
+
+
+@pytest.mark.parametrize("where", ["variant", "mirror"])
+def test_a_candidate_that_answers_nothing_is_rolled_back_whatever_the_gates(where: str) -> None:
+    """Gates that read only answers (agreement, p99_ratio) get no value from a candidate that
+    fails every request: it is rolled back once a step's worth of requests have failed, as a
+    variant or as the stable's mirror, not held with its share of users failing."""
+    from sluice.domain.rollouts import Rollout, evaluate
+    from sluice.stats.histogram import bucket_name
+    from sluice.stats.verdicts import gate_metrics
+
+    rollout = Rollout(
+        model="iris", version=2, stable={"kind": "single", "model": "iris", "version": 1},
+        steps=(5.0, 100.0), every_s=60.0, gates="agreement>=0.98,p99_ratio<=1.2", min_requests=100,
+    )  # fmt: skip
+    answered = {"requests": 5000, bucket_name(2.0): 5000}
+    counters = {
+        "variant:candidate": {"requests": 5000, "errors": 5000} if where == "variant" else answered,
+        "variant:stable": {"requests": 95000, bucket_name(2.0): 95000},
+        "mirror:stable/candidate": {"requests": 95000, "errors": 95000},
+    }
+    decision = evaluate(rollout, gate_metrics(counters), now=1e9)
+    assert decision.action == "rollback" and "answered none of its" in decision.reason, decision
+    counters["mirror:stable/candidate"] = {"requests": 99, "errors": 99}  # not yet a step's worth
+    if where == "mirror":
+        assert evaluate(rollout, gate_metrics(counters), now=1e9).action == "hold"
+
+
 def test_a_named_alarm_rolls_back(twin: Container, acme: Principal, clock: Clock) -> None:
     alarms = FiringAlarms(set())
     service = RolloutService(twin.registry, twin.deployments, clock=clock, alarms=alarms)

@@ -102,7 +102,7 @@ FEATURE_OPS = EXAMPLE["steps"][0]["target"]["ops"]
         (_with(EXAMPLE, 0, ops=[{"op": "clip", "input": "length"}]), "policy.steps.0.target.ops.0", "min, max or both"),
         # JSON has no bound on digits: a whole number no float holds is refused here, not met per request (a 500)
         (_with(EXAMPLE, 0, ops=[{"op": "standardize", "input": "length", "mean": 10**400, "std": 1}]), "policy.steps.0.target.ops.0.mean", "64-bit float"),
-        (_with(EXAMPLE, 0, ops=[{"op": "bucketize", "input": "length", "boundaries": [1, -(10**309)]}]), "policy.steps.0.target.ops.0.boundaries.1", "64-bit float"),
+        (_with(EXAMPLE, 0, ops=[{"op": "bucketize", "input": "length", "boundaries": [1, 10**309]}]), "policy.steps.0.target.ops.0.boundaries.1", "64-bit float"),
         (_with(EXAMPLE, 2, ops=[{"op": "platt", "input": "score", "a": 10**400, "b": 0}]), "policy.steps.2.target.ops.0.a", "64-bit float"),
         # a plain union's member labels (pydantic's `int`, `constrained-int`) are no field of the request
         (_with(EXAMPLE, 0, ops=[{"op": "standardize", "input": "length", "mean": "x", "std": 1}]), "policy.steps.0.target.ops.0.mean", "valid"),
@@ -116,6 +116,32 @@ def test_a_transform_that_does_not_fit_is_refused_when_saved(http: tuple[TestCli
     assert r.status_code == 422, r.text
     assert r.json()["field"] == field, r.text
     assert words in r.json()["error"], r.text
+
+
+def test_a_number_past_a_float_stored_before_its_bound_reads_as_infinity_and_holds_up_nothing(demo: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    """A policy stored when a transform's number had no bound (a cutoff of 400 digits) reads,
+    answers (the number is the infinity a float reads it as: every score is below it, never a
+    500) and holds up no other change of the tenant's; a number past the bound that the
+    deployment does not hold already is refused naming it (`sluice.services.written_bounds`)."""
+    from dataclasses import replace
+
+    client, headers = http
+    stored = demo.registry.get_deployment("acme", "labelled")
+    before = json.loads(json.dumps(stored.policy))
+    before["steps"][2]["target"]["ops"][1]["cutoff"] = 10**400
+    demo.registry.update_deployment(replace(stored, policy=before), expected_revision=stored.revision)
+    r = client.post("/api/v1/predictions", json={"deployment": "labelled", "batch": [{"length": 5.1, "colour": "red"}]}, headers=headers)
+    assert r.status_code == 200 and r.json()["predictions"][0]["prediction"] == "no", r.text
+    r = client.get("/api/v1/deployments/labelled", headers=headers)
+    assert r.status_code == 200 and r.json()["policy"]["steps"][2]["target"]["ops"][1]["cutoff"] == 10**400, r.text
+    assert client.get("/api/v1/deployments", headers=headers).status_code == 200
+    assert client.put("/api/v1/deployments/iris", json={"policy": {"kind": "single", "model": "iris", "version": 1}}, headers=headers).status_code == 200
+    assert client.delete("/api/v1/deployments/diabetes", headers=headers).status_code == 204
+    assert client.put("/api/v1/deployments/labelled", json={"policy": before}, headers=headers).status_code == 200  # kept as it was
+    larger = json.loads(json.dumps(before))
+    larger["steps"][2]["target"]["ops"][1]["cutoff"] = -(10**401)
+    r = client.put("/api/v1/deployments/labelled", json={"policy": larger}, headers=headers)
+    assert r.status_code == 422 and r.json()["field"] == "policy.steps.2.target.ops.1.cutoff" and "64-bit float" in r.json()["error"], r.text
 
 
 def test_nan_a_transform_makes_is_refused_by_the_model_step_and_rows_that_do_not_pair_up_by_the_transform(

@@ -74,6 +74,8 @@ def test_a_sequence_and_a_switch_read_back_as_written() -> None:
         (switch(("x", {"field": "inputs.input", "column": 1.0, "op": "<", "value": 2.5})), "policy.cases.0.when.column", "valid"),
         (switch(("x", {"field": "inputs.input", "column": -1, "op": "<", "value": 2.5})), "policy.cases.0.when.column", "greater than or equal to 0"),
         (switch(("x", {"field": "routing_key", "op": "in", "value": [None]})), "policy.cases.0.when.value", "valid"),
+        ({"kind": "precomputed", "table": "recs", "key": "inputs.input", "column": True, "live": B}, "policy.column", "valid"),
+        ({"kind": "precomputed", "table": "recs", "key": "inputs.input", "column": 1.0, "live": B}, "policy.column", "valid"),
     ],
 )
 def test_a_graph_node_that_cannot_work_is_refused_naming_its_field(policy: dict[str, Any], field: str, words: str) -> None:
@@ -81,6 +83,16 @@ def test_a_graph_node_that_cannot_work_is_refused_naming_its_field(policy: dict[
     assert error.field == field
     assert words in error.message
     assert error.status == 422
+
+
+@pytest.mark.parametrize("name", ["int", "str", "none", "float", "bool", "bytes", "constrained-int", "list[int]"])
+def test_a_map_key_spelled_like_a_type_stays_in_the_field(name: str) -> None:
+    """pydantic labels a plain union's members by their types (`…value.int`); a step's map
+    whose key is spelled so (a tensor named `int`) keeps it in the field its error names."""
+    policy = sequence({"name": "a", "target": A}, {"name": "b", "target": B, "map": {name: 5}})
+    with pytest.raises(InvalidRequest) as caught:
+        parse_policy(policy)
+    assert caught.value.field == f"policy.steps.1.map.{name}"
 
 
 def test_graph_nodes_are_deterministic_and_a_random_step_is_refused_for_the_cache_naming_it() -> None:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from sluice.monitor.checks import Thresholds, check
+from sluice.domain.rollouts import parse_gates
+from sluice.monitor.checks import GONE_DRIFT, Thresholds, check, gate_drift
 from sluice.monitor.sketches import Profile
 
 LIMITS = Thresholds()
@@ -47,6 +48,24 @@ def test_known_drift_is_detected_and_named(baseline: tuple[Profile, dict[str, np
     assert found["columns"][column]["verdict"] == verdict
     others = {name: c["verdict"] for name, c in found["columns"].items() if name != column}
     assert set(others.values()) == {"ok"}, others
+
+
+@pytest.mark.parametrize("gone", ["missing on every row", "absent", "kept"])
+def test_the_drift_gate_fails_a_column_the_traffic_no_longer_holds(baseline: tuple[Profile, dict[str, np.ndarray]], gone: str) -> None:
+    """A column with no value in the candidate's traffic (an input renamed, an output gone, a
+    feature missing on every row) has no drift of its own: the gate reads the most a drift
+    reads, where the other columns' worst alone (about 0.015) would pass `drift<=0.2`."""
+    window = rows(np.random.default_rng(1), 1000, missing=1.0 if gone == "missing on every row" else 0.0)
+    if gone == "absent":
+        del window["city"]
+    found = check(baseline[0], profile_of(window), LIMITS)
+    (gate,) = parse_gates("drift<=0.2")
+    if gone == "kept":
+        assert found["verdict"] == "ok" and gate_drift(found) == found["drift"] and gate.passes(gate_drift(found))
+        return
+    column = "city" if gone == "absent" else "x[1]"
+    assert found["columns"][column]["verdict"] == ("absent" if gone == "absent" else "missing") and found["verdict"] == "alert"
+    assert found["drift"] < 0.2 and gate_drift(found) == GONE_DRIFT and not gate.passes(gate_drift(found))
 
 
 def test_the_training_distribution_raises_no_alarm_in_100_windows(baseline: tuple[Profile, dict[str, np.ndarray]]) -> None:

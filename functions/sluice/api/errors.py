@@ -33,11 +33,11 @@ if TYPE_CHECKING:
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
 
-def _field(loc: tuple[object, ...] | list[object]) -> str:
+def _field(loc: tuple[object, ...] | list[object], kind: str = "") -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     if "policy" in parts:  # a policy's union tags are not fields: policy.variants.0.weight
         at = parts.index("policy")
-        parts = [*parts[:at], policy_field(parts[at + 1 :], "policy")]
+        parts = [*parts[:at], policy_field(parts[at + 1 :], "policy", kind)]
     return ".".join(parts) or "body"
 
 
@@ -64,11 +64,11 @@ def _invalid_json(what: str, doc: object, offset: int) -> str:
 def _validation(errors: Sequence[Any], doc: object = None) -> tuple[int, dict[str, Any]]:
     errors = [_located(e, doc) for e in errors]
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-    problems = [{"field": _field(e.get("loc", ())), "message": e.get("msg", "")} for e in errors[:20]]
+    problems = [{"field": _field(e.get("loc", ()), e.get("type", "")), "message": e.get("msg", "")} for e in errors[:20]]
     return 422, {
-        "error": f"{_field(first.get('loc', ()))}: {first.get('msg', 'invalid')}",
+        "error": f"{_field(first.get('loc', ()), first.get('type', ''))}: {first.get('msg', 'invalid')}",
         "code": "invalid_request",
-        "field": _field(first.get("loc", ())),
+        "field": _field(first.get("loc", ()), first.get("type", "")),
         "details": {"problems": problems},
     }
 

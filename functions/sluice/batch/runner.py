@@ -277,10 +277,18 @@ class BatchRunner:
         return job_summary(job)
 
     def _unfinished(self, job: BatchJob, chunks: list[ChunkResult], status: str, error: str) -> None:
-        """The folder of a job that did not succeed: no `_SUCCESS`, and a manifest that says
-        so. The record in the registry is what counts; the manifest is a courtesy."""
+        """The folder of a job that did not succeed: no `_SUCCESS`, no part or error file its
+        recorded chunks do not list (a try whose recording failed, never tried again once the
+        job stopped), and a manifest that says so. The record in the registry is what counts;
+        the manifest is a courtesy."""
         with contextlib.suppress(SluiceError):
             self.files.delete(join(job.output_uri, SUCCESS))
+        listed = {uri for c in chunks for uri in (c.part, c.errors) if uri}
+        with contextlib.suppress(SluiceError):
+            for name in self.files.names(job.output_uri):
+                uri = join(job.output_uri, name)
+                if RESULT_NAMES.fullmatch(name) and name not in (SUCCESS, MANIFEST) and uri not in listed:
+                    self.files.delete(uri)
         with contextlib.suppress(SluiceError):
             self.files.write_bytes(
                 join(job.output_uri, MANIFEST), self._manifest(job, chunks, status, error),

@@ -233,21 +233,33 @@ Precomputed.model_rebuild(_types_namespace={"Node": Node})  # `live` is any node
 NODE: TypeAdapter[Node] = TypeAdapter(Node)
 
 
-def policy_field(loc: tuple[Any, ...] | list[Any], prefix: str = "policy") -> str:
+def policy_field(loc: tuple[Any, ...] | list[Any], prefix: str = "policy", kind: str = "") -> str:
     """A pydantic error location as the API names fields: union tags left out (a name right
     after a tag is a field of the tagged part, as a function node's `function` is), and the
-    labels pydantic gives the members of a plain union (`bool`, `constrained-int`,
-    `list[...]`): no request has a field of those names."""
+    labels pydantic gives the members of a plain union: `constrained-int` or `list[...]`
+    anywhere, and a type's name (`int`, `bool`) last where the error (`kind`, its type) is
+    that type's (a map's key named `int` whose value is wrong stays: its error is another's)."""
     parts = [prefix] if prefix else []
     after_tag = False
-    for p in loc:
+    last = len(loc) - 1
+    for i, p in enumerate(loc):
         after_tag = p in NOT_FIELDS and not after_tag
-        if not after_tag and not (type(p) is str and UNION_MEMBER.fullmatch(p)):
-            parts.append(str(p))
+        if after_tag or type(p) is not str:
+            if not after_tag:
+                parts.append(str(p))
+            continue
+        keyed = i > 0 and loc[i - 1] in KEYED  # a key of a mapping the policy gives: a field, whatever its spelling
+        if not keyed and (UNION_MEMBER.fullmatch(p) or (i == last and kind.startswith(TYPE_ERRORS.get(p, ("\0",))))):
+            continue
+        parts.append(p)
     return ".".join(parts)
 
 
-UNION_MEMBER = re.compile(r"(?:bool|int|float|str|bytes|none|constrained-[a-z]+|[a-z-]+\[.*\])")  # pydantic's labels
+KEYED = frozenset(("map", "keys"))  # the policy's mappings (a step's `map`, a lookup's `keys`)
+UNION_MEMBER = re.compile(r"constrained-[a-z]+|[a-z-]+\[.*\]")  # pydantic's labels of a union's members
+TYPE_ERRORS = {  # a union member labelled by its type's name, and the errors of that type
+    "bool": ("bool_",), "int": ("int_",), "float": ("float_", "finite_number"), "str": ("string_",), "bytes": ("bytes_",), "none": ("none_required",),
+}  # fmt: skip
 
 
 def parse_policy(data: Any, *, field: str = "policy") -> Node:
@@ -259,7 +271,8 @@ def parse_policy(data: Any, *, field: str = "policy") -> Node:
         loc = tuple(first["loc"])
         if first["type"] == "policy_kind" and isinstance(first.get("input"), dict):
             loc = (*loc, "kind")
-        raise InvalidRequest(f"{policy_field(loc, field)}: {first['msg']}", field=policy_field(loc, field)) from None
+        named = policy_field(loc, field, first["type"])
+        raise InvalidRequest(f"{named}: {first['msg']}", field=named) from None
     check_tree(node, field=field)
     return node
 

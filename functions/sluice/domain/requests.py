@@ -88,18 +88,23 @@ MAX_ROUTING_KEY = 256  # as the simple-JSON body's `routing_key`
 
 def routing_key_of(parameters: Mapping[str, Any]) -> str | None:
     """An Open Inference Protocol request's `parameters.routing_key` (REST, gRPC, a WebSocket
-    message) as routing reads it: text, or a whole number as its digits (a user id sent as a
-    number); "" none. Any other value, or text past 256 characters, is refused naming it,
-    never read as its Python spelling."""
-    key = parameters.get("routing_key")
+    message) as routing reads it (`routing_key_text`)."""
+    return routing_key_text(parameters.get("routing_key"), "parameters.routing_key")
+
+
+def routing_key_text(key: Any, field: str) -> str | None:
+    """A routing key given as any JSON value (a v2 parameter, a stream record's field) as
+    routing reads it: text, or a whole number as its digits (a user id sent as a number); ""
+    none. Any other value, or text past 256 characters, is refused naming `field`, never read
+    as its Python spelling (`{'a': 1}`, `True`)."""
     if key is None or type(key) is str:
         text = key
     elif type(key) is int:
         text = str(key)
     else:
-        raise BadRequest(f"parameters.routing_key is text (a user id, say), not {type(key).__name__}", field="parameters.routing_key")
+        raise BadRequest(f"{field} is text (a user id, say), not {type(key).__name__}", field=field)
     if text is not None and len(text) > MAX_ROUTING_KEY:
-        raise BadRequest(f"parameters.routing_key is at most {MAX_ROUTING_KEY} characters, not {len(text)}", field="parameters.routing_key")
+        raise BadRequest(f"{field} is at most {MAX_ROUTING_KEY} characters, not {len(text)}", field=field)
     return text or None
 
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 import operator
 import re
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -326,6 +325,14 @@ def evaluate(rollout: Rollout, metrics: dict[str, Any], now: float) -> Decision:
                 f"gate {g} fails: {counted} {what} already over the {need} requests a step needs",
                 numbers,
             )
+    # A candidate that answered none of a step's worth of requests, as a variant or as the
+    # stable's mirror, is rolled back whatever the gates: none of them (agreement, p99_ratio)
+    # ever gets a value from it, and the step would hold with its share of users failing.
+    mirrored = metrics.get("mirrored", 0)
+    none_answered = n >= need and metrics.get("candidate_errors", 0) >= n
+    if none_answered or (mirrored >= need and metrics.get("mirror_errors", 0) >= mirrored):
+        what = f"{n} requests" if none_answered else f"{mirrored} mirrored requests"
+        return Decision("rollback", f"the candidate answered none of its {what}", numbers)
     compared_needed = any(g.metric in ("agreement", "mean_abs_diff") for g in gates)
     if n < need or (compared_needed and metrics["compared"] < need):
         have = f"{n} of {need} candidate requests" + (
@@ -377,6 +384,15 @@ def paused(rollout: Rollout, reason: str, when: float) -> tuple[Rollout, dict[st
     }
 
 
-def paused_by_change(rollout: Rollout, subject: str) -> tuple[Rollout, dict[str, Any]]:
+def paused_by_change(rollout: Rollout, subject: str, when: float) -> tuple[Rollout, dict[str, Any]]:
     """A policy change by someone else pauses a running rollout, in the same revision."""
-    return paused(rollout, f"paused: the policy was changed by {subject}", time.time())
+    return paused(rollout, f"paused: the policy was changed by {subject}", when)
+
+
+def restarted_by_change(rollout: Rollout, subject: str, when: float, note: dict[str, Any] | None) -> tuple[Rollout, dict[str, Any]]:
+    """A change of a running rollout's deployment settings alone (batching, capture, cache)
+    keeps it running, its step started again from the new revision: statistics are counted
+    per revision, so the step is judged on a whole `every` of the new one's traffic."""
+    reason = f"step at {rollout.weight:g}% started again: the deployment's settings were changed by {subject}"
+    restarted = replace(rollout, step_started_at=when, updated_at=when, reason=reason, decided={})
+    return restarted, {**(note or {}), "rollout": "restarted", "reason": reason, "step": rollout.step, "weight": rollout.weight}

@@ -17,11 +17,11 @@ arrays, the same vectorized code for one row and for a million.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, Field, StrictFloat, StrictInt, StrictStr, model_validator
+from pydantic import Field, StrictFloat, StrictInt, StrictStr, model_validator
 
 from sluice.domain.parts import Part
 from sluice.domain.signature import DYNAMIC, TensorSpec
@@ -32,23 +32,28 @@ NUMERIC = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT3
 CASTS = ("BOOL", "INT32", "INT64", "FP32", "FP64")
 Name = Annotated[str, Field(min_length=1, max_length=128)]
 FLOAT64_MAX = sys.float_info.max
-
-
-def _a_float(value: int | float) -> int | float:
-    """A transform computes in floating point: a whole number past what a 64-bit float holds
-    (JSON has no bound on digits) is refused when the policy is saved, not met per request."""
-    if type(value) is int and not -FLOAT64_MAX <= value <= FLOAT64_MAX:
-        raise ValueError(f"a number a 64-bit float holds (at most about 1.8e308 in size), not one of {len(str(abs(value)))} digits")
-    return value
-
-
-Number = Annotated[Union[StrictInt, StrictFloat], AfterValidator(_a_float)]  # noqa: UP007
+Number = Union[StrictInt, StrictFloat]  # noqa: UP007  (a whole number past FLOAT64_MAX: refused where written, `past_float`)
 Numbers = Union[Number, Annotated[list[Number], Field(min_length=1, max_length=4096)]]  # noqa: UP007  (one for every column, or one each)
 Vocabulary = Union[  # noqa: UP007
     Annotated[list[StrictStr], Field(min_length=1, max_length=MAX_VOCABULARY)],
     Annotated[list[StrictInt], Field(min_length=1, max_length=MAX_VOCABULARY)],
 ]
 
+
+
+def past_float(value: Any) -> bool:
+    """A whole number no 64-bit float holds (JSON puts no bound on digits): a transform, which
+    computes in floating point, reads it as the infinity of its sign."""
+    return type(value) is int and not -FLOAT64_MAX <= value <= FLOAT64_MAX
+
+
+def numbers_past_float(op: Any) -> Iterator[tuple[str, int]]:
+    """Each of the op's numbers no 64-bit float holds: its field (`mean`, `boundaries.3`) and value."""
+    for name, value in vars(op).items():
+        if past_float(value):
+            yield name, value
+        elif type(value) is list:
+            yield from ((f"{name}.{i}", v) for i, v in enumerate(value) if past_float(v))
 
 class _Op(Part):
     input: Name

@@ -174,6 +174,22 @@ def _verdict(out: dict[str, Any], limits: Thresholds, rows: int) -> str:
     return "ok"
 
 
+# The drift of a column the traffic has no value of (gone from it, or missing on every row):
+# the population stability index of ten equal bins against none, at its floors (about 6.9),
+# the most it reads.
+GONE_DRIFT = round(10 * (0.1 - FLOOR) * math.log(0.1 / FLOOR), 6)
+
+
+def gate_drift(found: dict[str, Any]) -> float | None:
+    """The rollout gate `drift` of a check: its worst column's drift, or `GONE_DRIFT` where a
+    column the baseline has holds no value in the traffic (its verdict `absent` or `missing`,
+    no drift of its own): the gate fails on it, where the other columns alone would pass it."""
+    if any(c["drift"] is None and c["verdict"] in ("absent", "missing") for c in found["columns"].values()):
+        return GONE_DRIFT
+    drift: float | None = found["drift"]
+    return drift
+
+
 def check(baseline: Profile, window: Profile, limits: Thresholds) -> dict[str, Any]:
     """Every baseline column checked against the window: the columns, the worst named, a verdict."""
     columns: dict[str, Any] = {}

@@ -23,6 +23,7 @@ a model's answer).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,7 @@ import numpy as np
 
 from sluice.codecs.datatypes import V2_TO_NUMPY, past_range
 from sluice.domain.errors import InvalidInput, InvalidRequest
-from sluice.domain.transforms import Transform
+from sluice.domain.transforms import Transform, numbers_past_float, past_float
 from sluice.routing.transform_finite import finite_outputs
 
 Arrays = dict[str, np.ndarray]
@@ -80,7 +81,7 @@ def plan_of(node: Transform, columns: dict[int, list[int]]) -> Plan:
 
 def _compile(node: Transform, columns: dict[int, list[int]]) -> list[Step]:
     steps: list[Step] = []
-    ops, i = node.ops, 0
+    ops, i = [_in_floats(op) for op in node.ops], 0
     while i < len(ops):
         op = ops[i]
         if op.op in _STARTS:  # with the element-wise ops after it that rewrite the tensor it wrote
@@ -97,6 +98,22 @@ def _compile(node: Transform, columns: dict[int, list[int]]) -> list[Step]:
         i += 1
     return steps
 
+
+
+def _in_floats(op: Any) -> Any:
+    """The op, or a copy whose numbers no 64-bit float holds (a policy stored before they were
+    refused where written, `sluice.services.written_bounds`) are the infinity of their sign, as
+    a float reads them: never an OverflowError on every request."""
+    changed: dict[str, Any] = {}
+    for name, _ in numbers_past_float(op):
+        field = name.partition(".")[0]
+        value = getattr(op, field)
+        changed[field] = [_infinity(v) if past_float(v) else v for v in value] if type(value) is list else _infinity(value)
+    return op.model_copy(update=changed) if changed else op
+
+
+def _infinity(value: int) -> float:
+    return math.inf if value > 0 else -math.inf
 
 def _get(arrays: Arrays, name: str) -> np.ndarray:  # where a step's `out[name] if name in out` falls back
     if name not in arrays:

@@ -83,7 +83,7 @@ class TritonRuntime:
         self.binary_threshold_bytes = binary_threshold_bytes
         self.connections = connections
         self._layouts: dict[tuple[str, str, str, str], ModelLayout] = {}
-        self._targets: dict[tuple[Any, ...], TritonTarget] = {}
+        self._targets: dict[tuple[Any, ...], tuple[TritonTarget, Any]] = {}  # and the allowlist it passed
         self._transports: dict[str, Any] = {"http": HttpTransport(self)}
 
     def _transport(self, target: TritonTarget) -> Any:
@@ -98,12 +98,14 @@ class TritonRuntime:
         config = version.config or {}
         get = config.get
         key = (version.model, str(get("url", "")), str(get("model_name", "")), str(get("model_version", "")), str(get("protocol", "")))
-        target = self._targets.get(key)
-        if target is None:
-            target = TritonTarget.of(version)
-            if self.allowed is not None:  # checked again at call time: settings may have changed
-                check_origin(target.origin_url, self.allowed, field="config.url")
-            self._targets[key] = target
+        kept = self._targets.get(key)
+        allowed = self.allowed
+        if kept is not None and kept[1] is allowed:  # admitted by the allowlist in force now
+            return kept[0]
+        target = kept[0] if kept is not None else TritonTarget.of(version)
+        if allowed is not None:  # checked again at every call whose allowlist is not the one it passed
+            check_origin(target.origin_url, allowed, field="config.url")
+        self._targets[key] = (target, allowed)
         return target
 
     async def _call(self, target: TritonTarget, what: str, call: Any) -> Any:

@@ -11,6 +11,7 @@ refused as the cycle it makes (422 naming `policy`), never stored.
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from sluice.domain.policy import (
     single_policy,
 )
 from sluice.domain.policy_paths import legacy_bandit_subject
-from sluice.domain.rollouts import paused_by_change
+from sluice.domain.rollouts import paused_by_change, restarted_by_change
 from sluice.registry.guards import decided_again
 from sluice.registry.refusals import not_at_revision
 from sluice.services.deployment_stats import deployment_stats
@@ -68,6 +69,7 @@ class DeploymentService:
         self._before_delete = before_delete or (lambda tenant, name: None)
         self.recorder = recorder
         self._before_stats = before_stats or (lambda: None)
+        self.clock: Callable[[], float] = time.time  # a rollout's times (the rollout service sets its own)
 
     # Validation (`sluice.services.policy_checks`) ------------------------------------------
     def _checks(self) -> PolicyChecks:
@@ -174,8 +176,11 @@ class DeploymentService:
         settings = current.cache if cache is KEEP else check_cache(cache)
         if rollout is KEEP:
             rollout = current.rollout
-            if policy is not None and rollout is not None and rollout.state == "running":
-                rollout, note = paused_by_change(rollout, principal.subject)
+            if rollout is not None and rollout.state == "running":
+                if policy is not None:
+                    rollout, note = paused_by_change(rollout, principal.subject, self.clock())
+                else:  # a new revision, whose counts start from nothing: so does the step's time, or it
+                    rollout, note = restarted_by_change(rollout, principal.subject, self.clock(), note)  # could move on after seconds of them
         joined = current.batching if batching is KEEP else check_batching(batching)
         captured = current.capture if capture is KEEP else check_capture(capture)
         kept_with = current.policy if capture is KEEP else None

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.domain import now
 from sluice.domain.errors import InvalidInput, NotFound, SluiceError
 from sluice.domain.signature import Signature
-from sluice.monitor.checks import Thresholds, check
+from sluice.monitor.checks import Thresholds, check, gate_drift
 from sluice.monitor.quality import CLASS, MAX_LABEL, Outcomes, merged
 from sluice.monitor.sketches import Profile, merged_by
 
@@ -218,7 +218,7 @@ class MonitorService:
             merged.merge(profile)
         if merged.rows < self.limits.min_rows:
             return None
-        return check(Profile.from_dict(doc), merged, self.limits)["drift"]
+        return gate_drift(check(Profile.from_dict(doc), merged, self.limits))
 
     # Ground truth -------------------------------------------------------------------------------
     def add_labels(

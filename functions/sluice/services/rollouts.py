@@ -75,6 +75,7 @@ class RolloutService:
         self.monitor = monitor  # the `drift` gate's checks, built on first use; None: that gate has no value
         self.deployments = deployments
         self.clock = clock
+        deployments.clock = clock  # the times it writes into a rollout (a pause, a step started again) are this clock's
         self.alarms = alarms  # None: alarms are not checked here (locally)
         # The endpoint control plane, built on first use; None: endpoint weights are not moved.
         self.endpoints: RolloutEndpoints | None = None

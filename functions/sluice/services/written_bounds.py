@@ -1,6 +1,8 @@
 """Bounds a policy is held to where it is written, not where it is read: a variant's or
 member's weight at most MAX_WEIGHT (any sum of them stays finite), a lookup feature's default a
-value of its datatype (an INT32 default of 5e9 failed every row that took it). A policy stored
+value of its datatype (an INT32 default of 5e9 failed every row that took it), a transform's
+number one a 64-bit float holds (a whole number of 400 digits was a 500 on every request; one
+stored before reads as infinity, `sluice.routing.transforms`). A policy stored
 before a bound keeps what it holds: it still reads and serves, and a policy written to the
 same deployment may carry those values again (an update that keeps it, a rollout that starts
 from it and goes back to it); a value past its bound that it does not hold is a 422 naming it."""
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.domain.errors import InvalidRequest, SluiceError
 from sluice.domain.lookups import Lookup
 from sluice.domain.policy import MAX_WEIGHT, Ensemble, Split, parse_policy
+from sluice.domain.transforms import Transform, numbers_past_float
 from sluice.services.graph_checks import fields_of
 
 if TYPE_CHECKING:
@@ -41,6 +44,10 @@ def _past_bounds(node: Node) -> Iterator[tuple[str, Hashable, str]]:
             weights = [(f"{field}.variants.{i}.weight", v.weight) for i, v in enumerate(child.variants)]
         elif isinstance(child, Ensemble):
             weights = [(f"{field}.members.{i}.weight", m.weight) for i, m in enumerate(child.members)]
+        elif isinstance(child, Transform):
+            for i, op in enumerate(child.ops):
+                for name, value in numbers_past_float(op):
+                    yield f"{field}.ops.{i}.{name}", ("number", value), f"a number a 64-bit float holds (at most about 1.8e308 in size), not one of {len(str(abs(value)))} digits"
         elif isinstance(child, Lookup):
             for i, feature in enumerate(child.features):
                 why = feature.past_range_default()

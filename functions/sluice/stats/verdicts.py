@@ -96,6 +96,8 @@ def gate_metrics(counters: dict[str, dict[str, float]]) -> dict[str, Any]:
         "candidate_requests": candidate["requests"],
         "candidate_errors": candidate["errors"],
         "candidate_invalid_inputs": candidate["invalid_inputs"],
+        "mirrored": int(mirror_counters.get("requests", 0)),
+        "mirror_errors": int(mirror_counters.get("errors", 0)),
         "stable_requests": stable["requests"],
         "compared": compared["compared"],
         "labelled_rows": int(labelled),

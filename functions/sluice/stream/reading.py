@@ -22,7 +22,13 @@ from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.json_text import loads as loads_or_too_deep
 from sluice.codecs.json_text import too_deep
 from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
-from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
+from sluice.domain.requests import (
+    PredictionRequest,
+    RowInputs,
+    Tensor,
+    TensorInputs,
+    routing_key_text,
+)
 from sluice.domain.results import rows_of
 from sluice.inference.bulk import Records
 from sluice.observability import get_logger
@@ -150,16 +156,13 @@ class RecordReader:
             request = PredictionRequest(self.deployment, RowInputs(inputs=inputs, features=features, batch=body.get("batch")))
         arrays = self.predictions.decode(signature, request)
         rows = rows_of({name: array for name, array in arrays.items() if array.ndim} or arrays)  # a scalar is one row; beside batched inputs, theirs
-        key = body.get("routing_key")
-        if key is None and field:
-            key = body.get(field)
+        named = "routing_key" if body.get("routing_key") is not None or not field else field
+        key = routing_key_text(body.get(named), named)  # text, or a whole number's digits: as a v2 parameter
         variant = body.get("variant")
         # Routing reads a variant and a key as text: a container's text is made here, where what
         # fails in it (a list nested 1,000 deep) is this record's error, not the batch's.
         if variant is not None and type(variant) is not str:
             variant = str(variant)
-        if key is not None and type(key) is not str:
-            key = str(key)
         return _Item((index, body.get("id"), rows, "batch" in body or rows != 1, arrays, variant, key))
 
     def _stack_hot(

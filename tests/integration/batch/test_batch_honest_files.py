@@ -201,6 +201,38 @@ def test_a_chunk_tried_again_leaves_only_that_trys_files(batch: Container, acme:
     assert _folder(job) == _listed(job) | {"_SUCCESS", "_manifest.json"}, _folder(job)
 
 
+@pytest.mark.parametrize("ended", ["cancelled", "failed"])
+def test_a_try_never_recorded_leaves_no_file_once_its_job_has_stopped(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ended: str) -> None:
+    """A chunk's files written, its recording refused, and the job stopped before the chunk was
+    tried again: the folder keeps only what the manifest lists (no part its chunks do not)."""
+    from sluice.domain.errors import Unavailable
+
+    path = write_input(tmp_path / "in.parquet", iris_rows(1400), row_group_rows=700)
+    job = batch.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+    runner, registry = batch.batch_runner, batch.registry
+    planned = runner.plan(acme.tenant, job.id)
+    spec, chunks = JobSpec.from_dict(planned["job"]), runner.chunks(planned)
+    assert runner.score(spec, chunks[0])["recorded"]
+    real = registry.record_chunk
+
+    def throttled(tenant: str, job_id: str, result: Any) -> bool:
+        raise Unavailable("the registry is throttled")
+
+    monkeypatch.setattr(registry, "record_chunk", throttled)
+    with pytest.raises(Unavailable):
+        runner.score(spec, chunks[1])  # its files written, not recorded
+    monkeypatch.setattr(registry, "record_chunk", real)
+    assert "part-00001.parquet" in _folder(registry.get_job(acme.tenant, job.id))
+    if ended == "cancelled":
+        batch.batch.cancel(acme, job.id)
+        assert runner.score(spec, chunks[1])["skipped"] == "CANCELLED"  # the try again
+        runner.cancelled(acme.tenant, job.id)
+    else:
+        runner.mark_failed(acme.tenant, job.id, error="States.TaskFailed", cause="chunk 1 failed")
+    done = registry.get_job(acme.tenant, job.id)
+    assert done.status == ended.upper() and _folder(done) == _listed(done) | {"_manifest.json"}, sorted(_folder(done))
+
+
 def test_finalize_fails_a_job_whose_part_was_replaced_after_it_was_scored(batch: Container, acme: Principal, tmp_path: Path) -> None:
     job = _scored_not_finalized(batch, acme, tmp_path)
     out = tmp_path / "out"

@@ -770,6 +770,21 @@ def test_a_variant_or_routing_key_too_deep_for_the_stack_is_the_records_error(bi
     assert [out[f"tx-{n}"]["prediction"] for n in range(3)] == ["setosa", "virginica", "setosa"]
 
 
+def test_a_records_routing_key_is_text_or_a_whole_number_as_a_v2_parameters_is(bind: Bind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record's routing key is held to the rule a v2 request's is (`routing_key_text`): a
+    whole number routes as its digits, anything else (true, a fraction, an object) or text past
+    256 characters is that record's error naming it, never its Python spelling routed on."""
+    handle, written = _buffered(bind, monkeypatch)
+    odd = {"true": "true", "fraction": "1.5", "object": '{"a": 1}', "long": json.dumps("u" * 257)}
+    bodies = [*rows(1), *(f'{{"id": "{name}", "features": {IRIS}, "routing_key": {key}}}' for name, key in odd.items())]
+    bodies.append(f'{{"id": "number", "features": {IRIS}, "routing_key": 7}}')
+    assert handle(sqs_event(bodies)) == {"batchItemFailures": []}
+    out = {o["id"]: o for o in map(json.loads, written.getvalue().splitlines())}
+    for name in odd:
+        assert (out[name]["code"], out[name]["field"]) == ("bad_request", "routing_key"), out[name]
+    assert out["number"]["prediction"] == out["tx-0"]["prediction"] == "setosa"
+
+
 def test_a_record_that_breaks_the_reader_unexpectedly_is_an_internal_error_record_not_a_lost_batch(
     bind: Bind, monkeypatch: pytest.MonkeyPatch
 ) -> None:
