@@ -162,6 +162,18 @@ def test_a_limit_of_zero_is_refused_rather_than_answered_as_nothing(capsys: pyte
     assert f"argument {command[-1]}: '0' is not at least 1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", [["serve"], ["stream", "--deployment", "iris"]])
+def test_more_worker_processes_than_the_machine_runs_usefully_are_refused_before_any_starts(capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    """`--workers 99999` forked processes until the machine ran out of memory: past four a
+    core (at least 8) it is refused, naming the bound, and nothing starts."""
+    from sluice.cli.common import max_workers
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*command, "--workers", str(max_workers() + 1)])
+    assert exited.value.code == 2
+    assert f"at most {max_workers()}" in capsys.readouterr().err
+
+
 def test_adaptive_batching_is_set_changed_and_turned_off_from_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
     code, _, err = run_cli(capsys, "deployments", "create", "iris", "--model", "iris", "--batch-max-size", "64")

@@ -57,7 +57,7 @@ def job_for_execution(batch: BatchService, spec: dict[str, Any], *, execution: s
             with suppress(SluiceError):  # deleted meanwhile: the job stands
                 run_made(batch.registry, batch.registry.get_schedule(request.tenant, request.schedule))
         return job
-    schedule = None if request.schedule is None else _check_overlap(batch, request.tenant, request.schedule)
+    schedule = None if request.schedule is None else _check_overlap(batch, request.tenant, request.schedule, request.scheduled_for)
     # Only IAM principals start executions (an operator's workflow, or the scheduler for a
     # schedule an admin key made): a specification may publish (`require_publisher`).
     principal = Principal(request.tenant, frozenset({"predict", "admin"} if request.publish else {"predict"}), "execution")
@@ -81,21 +81,37 @@ def job_for_execution(batch: BatchService, spec: dict[str, Any], *, execution: s
     return job
 
 
-def _check_overlap(batch: BatchService, tenant: str, name: str) -> Schedule:
-    """A scheduled run on AWS: skip it (paused, or a run still going and `overlap: skip`)
-    or hold it back (`overlap: queue`) by raising RunSkipped or RunQueued; else the schedule."""
+def _check_overlap(batch: BatchService, tenant: str, name: str, when: float | None) -> Schedule:
+    """A scheduled run on AWS (`when`: its scheduled time): skip it (paused, a run still going
+    and `overlap: skip`, or a time the schedule has run, or is running, this or a later time
+    of) or hold it back (`overlap: queue`) by raising RunSkipped or RunQueued; else the schedule.
+
+    EventBridge Scheduler delivers a time at least once, each delivery an execution of its own,
+    and queued executions wake in no set order: a time is run once, and never after a later one
+    (whose answers, in a table it publishes to, an older input's would replace)."""
     registry = batch.registry
     schedule = registry.get_schedule(tenant, name)  # NotFound: deleted meanwhile
     if schedule.paused:
         raise RunSkipped(name, "the schedule is paused")
-    jobs = registry.list_jobs(tenant, schedule=name)
-    going = next((j for j in jobs if schedule.ran(j) and not batch.settled(j, ask=True).terminal), None)
+    runs = [j for j in registry.list_jobs(tenant, schedule=name) if schedule.ran(j)]
+    if when is not None:
+        made = max((j for j in runs if j.scheduled_for is not None and j.scheduled_for >= when), key=lambda j: j.scheduled_for or 0.0, default=None)
+        if made is not None:
+            at = "this time" if made.scheduled_for == when else "a later time"
+            raise RunSkipped(name, f"run {made.id} is the schedule's run for {at} ({_iso(made.scheduled_for)})", running=made.id)
+    going = next((j for j in runs if not batch.settled(j, ask=True).terminal), None)
     if going is None:
         return schedule
     if schedule.overlap == "queue":
         raise RunQueued(name, going.id)
     registry.update_schedule(tenant, name, skipped=schedule.skipped + 1, last_skipped_at=now())
     raise RunSkipped(name, f"run {going.id} is still {going.status}", running=going.id)
+
+
+def _iso(stamp: float | None) -> str:
+    from datetime import UTC, datetime
+
+    return "" if stamp is None else datetime.fromtimestamp(stamp, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def job_of_execution(execution: str, input: str | None) -> tuple[str, str] | None:

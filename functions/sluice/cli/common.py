@@ -85,6 +85,22 @@ def count(text: str) -> int:
     return int(text)
 
 
+def worker_processes(text: str) -> int:
+    """Worker processes (0: one per core), at most `max_workers()`: each loads the models it
+    serves, so thousands would take the machine's memory before any answered."""
+    value = count(text)
+    most = max_workers()
+    if value > most:
+        raise argparse.ArgumentTypeError(f"{text} is more worker processes than this machine runs usefully: at most {most} (four per core; 0 for one per core)")
+    return value
+
+
+def max_workers() -> int:
+    import os
+
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
 def port(text: str) -> int:
     """A TCP port, 0 to 65535: a larger one would fail only as the server binds it."""
     value = count(text)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice import owner_only
 from sluice.cli import pieces
-from sluice.cli.common import count, local_home, operator, port
+from sluice.cli.common import local_home, operator, port, worker_processes
 
 if TYPE_CHECKING:
     import argparse
@@ -387,7 +387,7 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     serve = sub.add_parser("serve", help="run the API on this machine")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=port, default=8000)
-    serve.add_argument("--workers", type=count, default=0, help="uvicorn worker processes (default: one per core)")
+    serve.add_argument("--workers", type=worker_processes, default=0, help="uvicorn worker processes (default: one per core)")
     serve.add_argument(
         "--grpc-port", type=port, default=None, help="also serve the Open Inference Protocol over gRPC on this port (default: SLUICE_GRPC_PORT, 0: off)"
     )

@@ -29,7 +29,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sluice.cli import pieces
-from sluice.cli.common import count
+from sluice.cli.common import count, worker_processes
 from sluice.codecs.lines import lines_of
 
 if TYPE_CHECKING:
@@ -388,6 +388,6 @@ def add_stream_command(sub: argparse._SubParsersAction) -> None:  # type: ignore
     stream.add_argument("--deployment", required=True, help="the deployment that scores every line")
     stream.add_argument("--batch-lines", type=count, default=0, help="lines per micro-batch at most (default: SLUICE_STREAM_BATCH_ROWS)")
     stream.add_argument("--max-wait-ms", type=float, help="flush a partial batch after this long (default: SLUICE_STREAM_MAX_WAIT_MS)")
-    stream.add_argument("--workers", type=count, default=0, help="processes that score batches at once (default: one per core)")
+    stream.add_argument("--workers", type=worker_processes, default=0, help="processes that score batches at once (default: one per core)")
     stream.add_argument("--quiet", action="store_true", help="no summary on stderr")
     stream.set_defaults(func=cmd_stream)

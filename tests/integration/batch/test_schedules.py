@@ -852,3 +852,49 @@ def test_a_schedules_runs_carry_its_catalog_table(
             output_format="csv", catalog={"database": "lake", "table": "t"},
         )  # fmt: skip
     assert refused.value.field == "output_format"
+
+
+@pytest.mark.parametrize("overlap", ["queue", "skip"])
+def test_on_aws_a_scheduled_time_runs_once_and_never_after_a_later_one(batch: Container, acme: Principal, clock: Clock, overlap: str) -> None:
+    """EventBridge Scheduler delivers a time at least once, each delivery an execution of its
+    own, and queued executions wake in no set order: a second delivery of a time is skipped
+    naming the run it made, and a time older than a run already made (13:00 waking after
+    14:00's run) is skipped too, never run after it (publishing, its older answers would
+    replace the newer in the table)."""
+    from sluice.batch.eventbridge import target_input
+    from sluice.batch.executions import RunQueued, RunSkipped
+
+    class Running(Recorded):
+        def ended(self, job: object) -> None:  # each run's execution still going: settled by its status alone
+            return None
+
+    service = ScheduleService(batch.registry, BatchService(batch.registry, Running(), batch.batch.paths), clock=clock)
+    service.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)", overlap=overlap)
+    schedule = batch.registry.get_schedule("acme", "hourly")
+    arn = "arn:aws:states:eu-west-1:1:execution:m:"
+
+    def create(hour: int, name: str) -> Any:
+        spec = target_input(schedule) | {"scheduled_time": f"2026-11-25T{hour}:00:00Z"}
+        return service.batch.create_for_execution(spec, execution=arn + name)
+
+    def ran(job: Any) -> None:
+        batch.registry.update_job("acme", job.id, status="RUNNING")
+        batch.registry.update_job("acme", job.id, status="SUCCEEDED")
+
+    noon = create(12, "t12")
+    if overlap == "queue":
+        for hour in (13, 14):  # due while noon's run goes: both wait (WaitForRun)
+            with pytest.raises(RunQueued):
+                create(hour, f"t{hour}")
+    ran(noon)
+    later = create(14, "t14")  # 14:00's execution wakes first
+    ran(later)
+    with pytest.raises(RunSkipped) as older:
+        create(13, "t13")
+    assert older.value.running == later.id and "a later time" in older.value.reason
+    with pytest.raises(RunSkipped) as again:
+        create(14, "t14-delivered-again")
+    assert again.value.running == later.id and "this time" in again.value.reason
+    assert create(14, "t14").id == later.id  # the same execution's CreateJob retried finds its run
+    runs = sorted((j.scheduled_for, j.id) for j in batch.registry.list_jobs("acme", schedule="hourly"))
+    assert [when for when, _ in runs] == [at("2026-11-25T12:00:00+00:00"), at("2026-11-25T14:00:00+00:00")]

@@ -7,7 +7,9 @@ then, and never a job's that failed. The table only ever moves forward: a job ma
 that finishes after a later one has published does not replace the later one's answers
 (`Superseded`), and a job that turns out not to have succeeded after all is withdrawn only
 while the table still points at it (`withdraw`): a publication keeps the one it replaced, as it
-was, to put back. The answers of a generation replaced are
+was (with what that one replaced, up to `MAX_REPLACED` deep), to put back; a job withdrawn
+while a later one stands is taken out of that one's chain, so a failed job's answers are never
+put back. The answers of a generation replaced are
 removed once the replacement stands (`retire`). Each answer and each publication carries
 `expires_at`; an expired one is never read, and the store removes it (DynamoDB's time to live,
 SQLite on publishing). Two adapters: SQLite beside the embedded registry (`sqlite`), and a DynamoDB
@@ -44,7 +46,7 @@ class Publication:
     rows: int = 0
     made_at: float = 0.0  # when its job was made: of two jobs, the one made later is served
     expires_at: float = 0.0  # when it stops being served (set by `publish`)
-    replaced: Publication | None = None  # what it replaced, as it was (without its own): put back by `withdraw`
+    replaced: Publication | None = None  # what it replaced, as it was (with its own, `MAX_REPLACED` deep): put back by `withdraw`
 
     @property
     def order(self) -> str:
@@ -60,7 +62,17 @@ class Publication:
             before = before.replaced
         if before is not None and before.expires_at <= self.published_at:
             before = None
-        return replace(self, expires_at=expires_at, replaced=replace(before, replaced=None) if before is not None else None)
+        return replace(self, expires_at=expires_at, replaced=_cut(before, MAX_REPLACED))
+
+    def without(self, generation: str) -> Publication | None:
+        """Its chain of replaced publications with `generation` taken out (a job withdrawn while
+        this one stands: never put back), or None where the chain does not hold it."""
+        if self.replaced is None:
+            return None
+        if self.replaced.generation == generation:
+            return replace(self, replaced=self.replaced.replaced)
+        rest = self.replaced.without(generation)
+        return None if rest is None else replace(self, replaced=rest)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -81,6 +93,9 @@ class Publication:
             made_at=float(data.get("made_at") or 0.0), expires_at=float(data.get("expires_at") or 0.0),
             replaced=cls._of(data["replaced"]) if data.get("replaced") else None,
         )  # fmt: skip
+
+
+MAX_REPLACED = 8  # publications a table keeps to put back, newest first
 
 
 class Superseded(Conflict):
@@ -136,3 +151,11 @@ class PrecomputedStore(Protocol):
     def retire(self, tenant: str, table: str, generation: str) -> None:
         """Remove a replaced generation's answers, once no container can still be serving them
         (where the store does not let them expire)."""
+
+
+def _cut(chain: Publication | None, depth: int) -> Publication | None:
+    """A chain of replaced publications at most `depth` long (the oldest let go: withdrawn down
+    to there, the table answers live)."""
+    if chain is None or depth <= 0:
+        return None
+    return replace(chain, replaced=_cut(chain.replaced, depth - 1))

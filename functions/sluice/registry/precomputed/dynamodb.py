@@ -146,23 +146,34 @@ class DynamoPrecomputed:
         raise busy()
 
     def withdraw(self, tenant: str, table: str, generation: str) -> bool:
-        found = self._published(tenant, table)
-        current = self._publication_of(found) if found is not None else None
-        if found is None or current is None or current.generation != generation:
+        for _ in attempts():
+            found = self._published(tenant, table)
+            current = self._publication_of(found) if found is not None else None
+            if found is None or current is None:
+                return False
+            still = {
+                "ConditionExpression": "#d = :d",
+                "ExpressionAttributeNames": {"#d": "doc"},
+                "ExpressionAttributeValues": {":d": found["doc"]},
+            }
+            try:
+                if current.generation == generation:  # what it replaced, as it was (with its chain), or nothing
+                    if current.replaced is None:
+                        self.table.send("delete_item", TableName=self.table.name, Key=key(publication_pk(tenant, table), PUBLISHED), **still)
+                    else:
+                        self.table.send("put_item", TableName=self.table.name, Item=self._publication_item(tenant, table, current.replaced), **still)
+                    return True
+            except Refused:
+                continue  # replaced meanwhile: look again (the one now served may hold it in its chain)
+            kept = current.without(generation)  # what a later one would put back: never again
+            if kept is None:
+                return False
+            try:
+                self.table.send("put_item", TableName=self.table.name, Item=self._publication_item(tenant, table, kept), **still)
+            except Refused:
+                continue  # another publication meanwhile, its chain holding this one: look again
             return False
-        still = {
-            "ConditionExpression": "#d = :d",
-            "ExpressionAttributeNames": {"#d": "doc"},
-            "ExpressionAttributeValues": {":d": found["doc"]},
-        }
-        try:
-            if current.replaced is None:
-                self.table.send("delete_item", TableName=self.table.name, Key=key(publication_pk(tenant, table), PUBLISHED), **still)
-            else:
-                self.table.send("put_item", TableName=self.table.name, Item=self._publication_item(tenant, table, current.replaced), **still)
-        except Refused:
-            return False  # replaced meanwhile
-        return True
+        raise busy()
 
     def retire(self, tenant: str, table: str, generation: str) -> None:
         return None  # its items expire with their time to live

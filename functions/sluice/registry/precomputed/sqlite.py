@@ -141,7 +141,12 @@ class SqlitePrecomputed:
         with self._immediate() as conn:
             row = conn.execute("SELECT doc FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
             current = Publication.from_json(row[0]) if row else None
-            if current is None or current.generation != generation:
+            if current is None:
+                return False
+            if current.generation != generation:
+                kept = current.without(generation)  # what a later one would put back: never again
+                if kept is not None:
+                    conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, kept.to_json(), current.expires_at))
                 return False
             put_back = current.replaced
             if put_back is None:
