@@ -735,7 +735,8 @@ def test_a_scheduled_run_due_while_the_last_is_going_is_skipped_by_the_state_mac
     assert cloud.finish("run-3")["status"] == "SUCCEEDED"
     assert len(cloud.invocations["sluice-batch-plan"]) == 1
     cloud.container.registry.update_schedule("acme", "hourly", state="PAUSED")
-    cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="run-4", input=json.dumps(spec))
+    later = {**spec, "scheduled_time": "2026-11-26T03:00:00Z"}
+    cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="run-4", input=json.dumps(later))
     assert json.loads(cloud.finish("run-4")["output"])["reason"] == "the schedule is paused"
 
 

@@ -47,12 +47,13 @@ def job_for_execution(batch: BatchService, spec: dict[str, Any], *, execution: s
     is held to what an API caller of that tenant may do: a deployment of the tenant, an
     input in the tenant's inbox, results in the tenant's outbox."""
     request = ExecutionSpec.parse(spec)
-    job_id = derived_job_id("ex", execution)
+    job_id = execution_job_id(request, execution)
     try:
         job = batch.registry.get_job(request.tenant, job_id)
     except NotFound:
         pass
-    else:  # made by an earlier try of this execution (CreateJob retried)
+    else:  # made by an earlier try of this execution (CreateJob retried), or another delivery of its time
+        _not_another_delivery(request, job, execution)
         if request.schedule is not None:
             with suppress(SluiceError):  # deleted meanwhile: the job stands
                 run_made(batch.registry, batch.registry.get_schedule(request.tenant, request.schedule))
@@ -70,7 +71,8 @@ def job_for_execution(batch: BatchService, spec: dict[str, Any], *, execution: s
             scheduled_for=request.scheduled_for, catalog=request.catalog, publish=request.publish,
         )  # fmt: skip
     except Conflict:
-        job = batch.registry.get_job(request.tenant, job_id)  # the same execution, retried
+        job = batch.registry.get_job(request.tenant, job_id)  # the same execution, retried, or another delivery of its time
+        _not_another_delivery(request, job, execution)
     except SluiceError as exc:
         if schedule is not None and exc.status < 500:  # counted on the schedule, as locally; no job, and the execution still fails
             scheduled_for = request.scheduled_for if request.scheduled_for is not None else now()
@@ -79,6 +81,24 @@ def job_for_execution(batch: BatchService, spec: dict[str, Any], *, execution: s
     if schedule is not None:
         run_made(batch.registry, schedule)
     return job
+
+
+def execution_job_id(request: ExecutionSpec, execution: str) -> str:
+    """The id of the job an execution runs: for a scheduled time, the schedule's and the time's
+    (as the local scheduler's), so that two deliveries of one time make one job, whichever asks
+    first (the registry's create is conditional); else the execution's."""
+    if request.schedule is not None and request.scheduled_for is not None:
+        from datetime import UTC, datetime
+
+        return derived_job_id("sc", request.tenant, request.schedule, datetime.fromtimestamp(request.scheduled_for, UTC).isoformat())
+    return derived_job_id("ex", execution)
+
+
+def _not_another_delivery(request: ExecutionSpec, job: BatchJob, execution: str) -> None:
+    """A scheduled time's job made by another execution (Scheduler delivered the time again):
+    this one is skipped, naming it."""
+    if request.schedule is not None and job.execution and job.execution != execution:
+        raise RunSkipped(request.schedule, f"run {job.id} is the schedule's run for this time ({_iso(request.scheduled_for)})", running=job.id)
 
 
 def _check_overlap(batch: BatchService, tenant: str, name: str, when: float | None) -> Schedule:
@@ -97,8 +117,10 @@ def _check_overlap(batch: BatchService, tenant: str, name: str, when: float | No
     if when is not None:
         made = max((j for j in runs if j.scheduled_for is not None and j.scheduled_for >= when), key=lambda j: j.scheduled_for or 0.0, default=None)
         if made is not None:
-            at = "this time" if made.scheduled_for == when else "a later time"
-            raise RunSkipped(name, f"run {made.id} is the schedule's run for {at} ({_iso(made.scheduled_for)})", running=made.id)
+            if made.scheduled_for == when:  # another delivery of this time
+                raise RunSkipped(name, f"run {made.id} is the schedule's run for this time ({_iso(when)})", running=made.id)
+            registry.update_schedule(tenant, name, skipped=schedule.skipped + 1, last_skipped_at=now())  # a time not run: counted
+            raise RunSkipped(name, f"run {made.id} is the schedule's run for a later time ({_iso(made.scheduled_for)})", running=made.id)
     going = next((j for j in runs if not batch.settled(j, ask=True).terminal), None)
     if going is None:
         return schedule
@@ -127,7 +149,10 @@ def job_of_execution(execution: str, input: str | None) -> tuple[str, str] | Non
     job_id = given.get("job_id")
     if isinstance(job_id, str) and job_id:
         return tenant, job_id
-    return tenant, derived_job_id("ex", execution)
+    try:
+        return tenant, execution_job_id(ExecutionSpec.parse(given), execution)
+    except SluiceError:  # a specification refused: it made no job (its id, as it would have been, finds none)
+        return tenant, derived_job_id("ex", execution)
 
 
 def record_execution_end(

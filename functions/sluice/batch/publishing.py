@@ -134,9 +134,11 @@ def publish_job(store: PrecomputedStore | None, job: BatchJob) -> Published | No
 
 
 def retire_replaced(store: PrecomputedStore, job: BatchJob, published: Published) -> None:
-    """Once the job's success is recorded: remove the answers of the generation it replaced."""
+    """Once the job's success is recorded: remove the answers of the generation it replaced,
+    and what the table would put back below the job's (never, now: it succeeded)."""
     if published.replaced is not None:
         store.retire(job.tenant, published.table, published.replaced.generation)
+        store.settle(job.tenant, published.table, job.id)
 
 
 def withdraw_job(store: PrecomputedStore | None, job: BatchJob) -> None:

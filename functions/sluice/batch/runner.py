@@ -261,11 +261,14 @@ class BatchRunner:
         if job.terminal:  # repeated (its withdrawal failed before), or it ended meanwhile
             self._withdraw(job, may_not_withdraw)
             return job_summary(job)
-        chunks = self.registry.list_chunks(tenant, job_id)
-        message = failure_message(job, chunks, error, cause)
-        if self._folder_is_its(job):
-            self._unfinished(job, chunks, "FAILED", message)
-        return job_summary(self._fail(job, message, may_not_withdraw))
+        message = failure_message(job, self.registry.list_chunks(tenant, job_id), error, cause)
+        try:
+            done = self._fail(job, message, may_not_withdraw)
+        finally:  # FAILED first: a chunk recorded after it is refused, so what is listed now stays listed
+            failed = self.registry.get_job(tenant, job_id)
+            if failed.status == "FAILED" and self._folder_is_its(failed):
+                self._unfinished(failed, self.registry.list_chunks(tenant, job_id), "FAILED", failed.error or message)
+        return job_summary(done)
 
     # Cancelled ----------------------------------------------------------------------------
     def cancelled(self, tenant: str, job_id: str) -> dict[str, Any]:

@@ -29,7 +29,10 @@ DEFAULT_CACHE_ENTRIES = 1024
 
 def _policy_from_args(args: argparse.Namespace, service: DeploymentService) -> dict[str, Any] | None:
     if args.policy:
-        return load_json_arg(args.policy, "policy")
+        policy = load_json_arg(args.policy, "policy")
+        if not isinstance(policy, dict):  # `--policy null`, or a file holding a list
+            raise SluiceError("the policy is a JSON object ({\"kind\": …})", field="policy")
+        return policy
     if not args.model and getattr(args, "keep_policy", False):
         return None
     if not args.model:
@@ -87,10 +90,15 @@ def _batching_from_args(args: argparse.Namespace, current: Any = None) -> dict[s
 
 def _sizes(text: str) -> list[int]:
     """`--batch-preferred-sizes 8,16`: whole numbers, comma-separated."""
+    import argparse
+
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        sizes = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"not whole numbers separated by commas: {text!r}") from None
+    if any(size < 1 for size in sizes):
+        raise argparse.ArgumentTypeError(f"batch sizes are at least 1: {text!r}")
+    return sizes
 
 
 def _asks_batching(args: argparse.Namespace) -> bool:
@@ -108,7 +116,7 @@ def cmd_deployments_create(args: argparse.Namespace) -> int:
         entries = args.cache_max_entries
         cache = {"ttl_s": args.cache_ttl, "max_entries": DEFAULT_CACHE_ENTRIES if entries is None else entries}
     policy = _policy_from_args(args, service)
-    assert policy is not None
+    assert policy is not None  # `create` keeps no policy: `_policy_from_args` gives one or raises
     batching = _batching_from_args(args) if _asks_batching(args) else None
     dep = service.create(
         operator(args), args.name, policy, description=args.description, cache=cache, capture=_capture_from_args(args),

@@ -57,7 +57,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
             if len(found) != 1:
                 raise SluiceError("--file holds a prediction body with exactly one of inputs, features or batch", field="file")
             given, inputs = found, RowInputs(**found)
-            parameters = {**(body.get("parameters") or {}), **parameters}
+            held = body.get("parameters") or {}
+            if not isinstance(held, dict):
+                raise SluiceError(f"--file's parameters are an object of names and values, not {type(held).__name__}", field="file.parameters")
+            parameters = {**held, **parameters}
     else:
         inputs = RowInputs(**given)
     predictions = pieces.predictions()

@@ -56,6 +56,7 @@ class Api:
     def send(self, method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
         """One request, redirects not followed; the API key only to the API's own origin. Only
         http and https: a redirect to `file:` (which urllib would open) is a local file."""
+        import http.client
         import urllib.error
         import urllib.request
 
@@ -72,11 +73,13 @@ class Api:
                 return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
         except urllib.error.HTTPError as exc:
             return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
-        except (urllib.error.URLError, OSError) as exc:  # no answer at all: refused, no such host, timed out
+        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+            # No answer, or none in HTTP: refused, no such host, timed out, a server of another
+            # protocol, a URL no request takes.
             from sluice.domain.errors import Unavailable
 
-            reason = getattr(exc, "reason", exc)
-            raise Unavailable(f"{method} {url.split('?')[0]}: no answer ({reason})", field="api") from None
+            reason = getattr(exc, "reason", None) or type(exc).__name__
+            raise Unavailable(f"{method} {_shown(url)}: no answer ({reason})", field="api") from None
 
     def json(self, method: str, path: str, payload: Any = None) -> tuple[int, dict[str, str], Any]:
         data = None if payload is None else json.dumps(payload).encode()
@@ -217,7 +220,12 @@ def predict_remote(
     else:
         payload = {"deployment": deployment, **given}
     if parameters:
-        payload = {**payload, "parameters": {**(payload.get("parameters") or {}), **parameters}}
+        held = payload.get("parameters") or {}
+        if not isinstance(held, dict):
+            from sluice.domain.errors import BadRequest
+
+            raise BadRequest(f"the request's parameters are an object of names and values, not {type(held).__name__}", field="file.parameters")
+        payload = {**payload, "parameters": {**held, **parameters}}
     status, headers, body = api.json("POST", route, payload)
     return api.outcome(status, headers, body, wait_s=wait_s)
 
@@ -230,3 +238,11 @@ def api_from(args: Any) -> Api | None:
     if not key:
         raise SluiceError("a remote API needs a key: --api-key or SLUICE_API_KEY", field="api_key")
     return Api(base, key)
+
+
+def _shown(url: str) -> str:
+    """A URL as an error names it: no user information (a password), no query (a token)."""
+    from urllib.parse import urlunsplit
+
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))

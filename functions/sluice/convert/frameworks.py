@@ -72,13 +72,19 @@ def need(module: str, what: str) -> Any:
 
 
 def load(path: Path, fmt: str) -> Loaded:
-    if fmt == "sklearn":
-        return _sklearn(path)
-    if fmt == "xgboost":
-        return _xgboost_booster(path)
-    if fmt == "lightgbm":
-        return _lightgbm_booster(path)
-    return _torch(path, fmt)
+    """The user's model file, as its framework reads it; a file the framework cannot read is a
+    400 naming it and saying so in a line (its loader's own first line, no native stack)."""
+    loaders = {"sklearn": _sklearn, "xgboost": _xgboost_booster, "lightgbm": _lightgbm_booster}
+    loader = loaders.get(fmt)
+    if loader is None:
+        return _torch(path, fmt)
+    try:
+        return loader(path)
+    except SluiceError:
+        raise
+    except Exception as exc:  # pickle, joblib, a framework's native error: the file is not such a model
+        said = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise BadRequest(f"{path.name} is not a {fmt} model this machine reads ({type(exc).__name__}: {said})", field="file") from None
 
 
 # scikit-learn (and the XGBoost and LightGBM estimators that follow its API) -------------------

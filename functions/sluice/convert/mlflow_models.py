@@ -9,6 +9,7 @@ imported here only, by the functions that need it: the extra `sluice[mlflow]`, n
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -78,6 +79,13 @@ def fetch(uri: str, tracking_uri: str | None, into: Path) -> Fetched:
     tracking = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not tracking:
         raise BadRequest(f"{uri} needs a tracking server: give --tracking-uri or set MLFLOW_TRACKING_URI", field="tracking_uri")
+    # MLflow tries a server 7 times with backoff (about 4 minutes for one that is down) and
+    # urllib3 logs each retry with the URL's path and query: a few tries, the retries unlogged,
+    # unless the user set MLflow's own variables.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     with scrubbed(tracking):
         return _fetch(uri, tracking, into)
 
@@ -95,9 +103,12 @@ class scrubbed:
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
         if isinstance(exc, SluiceError):
             exc.message = exc.message.replace(self.tracking, without_credentials(self.tracking))
-            secret = urlsplit(self.tracking).password
-            if secret:
-                exc.message = exc.message.replace(secret, "***")
+            parts = urlsplit(self.tracking)
+            # MLflow's messages quote parts of the URI alone too (its path and query, a token in it)
+            for secret in (parts.password, parts.query, parts.fragment):
+                if secret and len(secret) >= 3:
+                    exc.message = exc.message.replace(secret, "***")
+            exc.args = (exc.message,)
         return False
 
 

@@ -329,7 +329,8 @@ def evaluate(rollout: Rollout, metrics: dict[str, Any], now: float) -> Decision:
     # stable's mirror, is rolled back whatever the gates: none of them (agreement, p99_ratio)
     # ever gets a value from it, and the step would hold with its share of users failing.
     mirrored = metrics.get("mirrored", 0)
-    none_answered = n >= need and metrics.get("candidate_errors", 0) >= n
+    errors, refused = metrics.get("candidate_errors", 0), metrics.get("candidate_invalid_inputs", 0)
+    none_answered = n >= need and errors >= n and refused < errors  # not the callers' inputs alone: the stable refuses those too
     if none_answered or (mirrored >= need and metrics.get("mirror_errors", 0) >= mirrored):
         what = f"{n} requests" if none_answered else f"{mirrored} mirrored requests"
         return Decision("rollback", f"the candidate answered none of its {what}", numbers)

@@ -6,6 +6,7 @@ validate every request before it reaches a runtime.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -84,3 +85,18 @@ class Signature:
             outputs=tuple(TensorSpec.from_dict(d) for d in data["outputs"]),
             metadata=dict(data.get("metadata") or {}),
         )
+
+
+def check_feature_names(names: Sequence[str]) -> tuple[str, ...]:
+    """An input's column names as given (pushed with a model, or its metadata's): each named,
+    each once. A name given twice fed one value to two columns; an empty one named none."""
+    from sluice.domain.errors import Unprocessable
+
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name.strip():
+            raise Unprocessable(f"feature name {i + 1} of {len(names)} is empty: each column is named", field="feature_names")
+        if name in seen:
+            raise Unprocessable(f"feature name '{name[:64]}' is given twice: each column is named once", field="feature_names")
+        seen.add(name)
+    return tuple(names)

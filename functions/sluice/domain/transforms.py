@@ -47,9 +47,15 @@ def past_float(value: Any) -> bool:
     return type(value) is int and not -FLOAT64_MAX <= value <= FLOAT64_MAX
 
 
+NUMBER_FIELDS = frozenset(("value", "mean", "std", "min", "max", "boundaries", "unknown", "cutoff", "a", "b"))  # `Number`s
+
+
 def numbers_past_float(op: Any) -> Iterator[tuple[str, int]]:
-    """Each of the op's numbers no 64-bit float holds: its field (`mean`, `boundaries.3`) and value."""
+    """Each of the op's numbers (`Number`, `Numbers`; not a column's index or a vocabulary's
+    word) no 64-bit float holds: its field (`mean`, `boundaries.3`) and value."""
     for name, value in vars(op).items():
+        if name not in NUMBER_FIELDS:
+            continue
         if past_float(value):
             yield name, value
         elif type(value) is list:

@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING, Any
 from sluice.codecs.datatypes import ONNX_TO_V2
 from sluice.codecs.protobuf_fields import LENGTH_DELIMITED, fields
 from sluice.domain.errors import Unprocessable
-from sluice.domain.signature import DYNAMIC, OutputRole, Signature, TensorSpec, role_by_name
+from sluice.domain.signature import (
+    DYNAMIC,
+    OutputRole,
+    Signature,
+    TensorSpec,
+    check_feature_names,
+    role_by_name,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -42,7 +49,7 @@ def signature_from_session(session: Any, feature_names: list[str] | None = None)
     """
     meta = dict(session.get_modelmeta().custom_metadata_map)
     if feature_names is None and meta.get("feature_names"):
-        feature_names = [n.strip() for n in meta["feature_names"].split(",") if n.strip()]
+        feature_names = [n.strip() for n in meta["feature_names"].split(",")]
     raw_inputs = session.get_inputs()
     inputs = []
     for arg in raw_inputs:
@@ -55,7 +62,7 @@ def signature_from_session(session: Any, feature_names: list[str] | None = None)
                     f"{len(feature_names)} feature names do not fit input shape {list(shape)}",
                     field="feature_names",
                 )
-            names = tuple(feature_names)
+            names = check_feature_names(feature_names)
             shape = (shape[0], len(feature_names))
         inputs.append(TensorSpec(arg.name, datatype, shape, feature_names=names))
     raw_outputs = session.get_outputs()

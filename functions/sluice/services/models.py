@@ -20,6 +20,7 @@ from sluice.domain.errors import (
 from sluice.domain.locations import Location, Root, Roots, confine
 from sluice.domain.objects import check_description
 from sluice.domain.origins import check_origin
+from sluice.domain.signature import check_feature_names
 from sluice.domain.values import parse_version_or_latest
 from sluice.registry.guards import decided_again
 
@@ -223,7 +224,7 @@ class ModelService:
             if len(signature.inputs) != 1:
                 raise BadRequest("feature_names fit a model with exactly one input", field="feature_names")
             signature = dataclasses.replace(
-                signature, inputs=(dataclasses.replace(signature.inputs[0], feature_names=tuple(feature_names)),)
+                signature, inputs=(dataclasses.replace(signature.inputs[0], feature_names=check_feature_names(feature_names)),)
             )
         check_signature_size(signature)
         scheme = "https" if target.ssl else "http"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import hypothesis
 import numpy as np
+import pytest
 from botocore.stub import Stubber
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
@@ -187,3 +188,36 @@ def test_a_table_serves_the_latest_made_job_whatever_order_jobs_finish_in_on_bot
             now = stores[name].publication("acme", table, now=float(tick))
             want = served[0].generation if served is not None and served[1] > tick else None
             assert (now.generation if now else None) == want, (name, tick, op, job, ops)
+
+
+@pytest.mark.parametrize("succeeded", [True, False])
+def test_a_tables_record_stays_within_a_dynamodb_item_however_many_jobs_publish(aws: None, succeeded: bool) -> None:
+    """Each publication keeps those it may have to put back, each as it was (outputs, classes):
+    a job that succeeds settles the chain below it (never put back now), and a chain of jobs not
+    yet succeeded goes only as deep as one record holds. A model of 2,000 labels (about 56 KB a
+    publication) failed the ninth job's publication with a record past DynamoDB's 400 KB."""
+    from sluice.registry.precomputed import MAX_DOC_BYTES
+
+    client = boto3.client("dynamodb")
+    if ANSWERS not in client.list_tables()["TableNames"]:
+        create_table(client, ANSWERS)
+    store = DynamoPrecomputed(ANSWERS, client=client)
+    outputs = [{"name": "probabilities", "datatype": "FP32", "shape": [-1, 2000]}]
+    classes = {"probabilities": [f"label-number-{i:05d}-xyz" for i in range(2000)]}
+    table, now = f"big{next(_EXAMPLES)}", time.time()
+    for i in range(12):
+        store.publish("acme", table, Publication(f"j{i}", f"j{i}", "d", outputs, classes, published_at=now + i, made_at=now + i), expires_at=now + 3600)
+        if succeeded:
+            store.settle("acme", table, f"j{i}")
+    doc = client.get_item(TableName=ANSWERS, Key={"pk": {"S": f"T#acme#P#{table}"}, "sk": {"S": "PUBLISHED"}})["Item"]["doc"]["S"]
+    depth, link = 0, Publication.from_json(doc).replaced
+    while link is not None:
+        depth, link = depth + 1, link.replaced
+    assert len(doc) <= MAX_DOC_BYTES, len(doc)
+    if succeeded:
+        assert depth == 0  # nothing a withdrawal could need
+    else:  # as deep as fits: withdrawn, the last puts back the one before it
+        assert 1 <= depth < 8, depth
+        assert store.withdraw("acme", table, "j11")
+        served = store.publication("acme", table, now=now + 20)
+        assert served is not None and served.generation == "j10"

@@ -136,14 +136,15 @@ def test_a_failed_execution_says_the_error_message_never_its_stack_trace(wired: 
 
 
 def test_a_stopped_scheduled_run_is_found_by_the_job_its_execution_created(wired: Container) -> None:
-    from sluice.domain.jobs import derived_job_id
+    from sluice.batch.executions import execution_job_id
+    from sluice.batch.specs import ExecutionSpec
     from sluice.domain.schedules import Schedule
 
     aborted = event("batch_execution_aborted")
     execution = aborted["detail"]["executionArn"]
     spec = json.loads(aborted["detail"]["input"])
     wired.registry.create_schedule(Schedule("acme", "nightly", "iris", spec["input_uri"], "rate(1 day)"))
-    job = running_job(wired, derived_job_id("ex", execution), execution=execution)
+    job = running_job(wired, execution_job_id(ExecutionSpec.parse(spec), execution), execution=execution)  # the schedule's and the time's
     assert handlers.execution_ended(aborted, LambdaContext())["status"] == "FAILED"
     assert "execution ended (ABORTED: Operator)" in (wired.registry.get_job("acme", job.id).error or "")
 

@@ -233,6 +233,40 @@ def test_a_try_never_recorded_leaves_no_file_once_its_job_has_stopped(batch: Con
     assert done.status == ended.upper() and _folder(done) == _listed(done) | {"_manifest.json"}, sorted(_folder(done))
 
 
+def test_a_chunk_whose_record_lands_as_its_job_is_marked_failed_is_refused_not_listed_without_its_part(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MarkFailed writes FAILED before it clears the folder: a chunk's record on its way then is
+    refused (its job no longer runs), so no chunk is listed whose part the clearing took."""
+    from sluice.domain.errors import Unavailable
+
+    path = write_input(tmp_path / "in.parquet", iris_rows(1400), row_group_rows=700)
+    job = batch.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+    runner, registry = batch.batch_runner, batch.registry
+    planned = runner.plan(acme.tenant, job.id)
+    spec, chunks = JobSpec.from_dict(planned["job"]), runner.chunks(planned)
+    assert runner.score(spec, chunks[0])["recorded"]
+    real, held = registry.record_chunk, []
+
+    def on_its_way(tenant: str, job_id: str, result: Any) -> bool:
+        held.append((tenant, job_id, result))
+        raise Unavailable("held")
+
+    monkeypatch.setattr(registry, "record_chunk", on_its_way)
+    with pytest.raises(Unavailable):
+        runner.score(spec, chunks[1])
+    monkeypatch.setattr(registry, "record_chunk", real)
+    clearing = runner._unfinished
+
+    def then_the_record_lands(*args: Any, **kwargs: Any) -> None:
+        clearing(*args, **kwargs)
+        real(*held[0])
+
+    monkeypatch.setattr(runner, "_unfinished", then_the_record_lands)
+    runner.mark_failed(acme.tenant, job.id, error="States.TaskFailed", cause="chunk 2 failed")
+    for chunk in registry.list_chunks(acme.tenant, job.id):
+        assert chunk.part is None or local_path(chunk.part).exists(), f"chunk {chunk.index} listed, its part gone"
+    assert registry.get_job(acme.tenant, job.id).status == "FAILED"
+
+
 def test_finalize_fails_a_job_whose_part_was_replaced_after_it_was_scored(batch: Container, acme: Principal, tmp_path: Path) -> None:
     job = _scored_not_finalized(batch, acme, tmp_path)
     out = tmp_path / "out"

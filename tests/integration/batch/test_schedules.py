@@ -898,3 +898,32 @@ def test_on_aws_a_scheduled_time_runs_once_and_never_after_a_later_one(batch: Co
     assert create(14, "t14").id == later.id  # the same execution's CreateJob retried finds its run
     runs = sorted((j.scheduled_for, j.id) for j in batch.registry.list_jobs("acme", schedule="hourly"))
     assert [when for when, _ in runs] == [at("2026-11-25T12:00:00+00:00"), at("2026-11-25T14:00:00+00:00")]
+    assert batch.registry.get_schedule("acme", "hourly").skipped == 1  # 13:00, not run: counted; 14:00 again is not
+
+
+def test_on_aws_two_deliveries_of_a_time_asking_at_once_make_one_run(batch: Container, acme: Principal, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both deliveries of one time pass the schedule's checks before either has made its job:
+    the job's id is the schedule's and the time's, so the registry makes one, and the other
+    delivery is skipped naming it."""
+    from sluice.batch import executions
+    from sluice.batch.eventbridge import target_input
+    from sluice.batch.executions import RunSkipped
+
+    service = ScheduleService(batch.registry, BatchService(batch.registry, Recorded(), batch.batch.paths), clock=clock)
+    service.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)")
+    spec = target_input(batch.registry.get_schedule("acme", "hourly")) | {"scheduled_time": "2026-11-25T14:00:00Z"}
+    arn = "arn:aws:states:eu-west-1:1:execution:m:"
+    real, other = executions._check_overlap, []
+
+    def interleaved(*args: Any, **kwargs: Any) -> Any:
+        checked = real(*args, **kwargs)
+        if not other:  # the other delivery's CreateJob runs now, after this one's checks, before its job
+            other.append("b")
+            other.append(service.batch.create_for_execution(spec, execution=arn + "b"))
+        return checked
+
+    monkeypatch.setattr(executions, "_check_overlap", interleaved)
+    with pytest.raises(RunSkipped) as first:  # "b" made the time's job in between: "a" finds it
+        service.batch.create_for_execution(spec, execution=arn + "a")
+    (made,) = batch.registry.list_jobs("acme", schedule="hourly")
+    assert first.value.running == made.id == other[1].id and made.execution == arn + "b"

@@ -108,7 +108,7 @@ async def push_version(
                 description=spec.description,
             )
     elif content_type in ("application/octet-stream", "application/onnx", ""):
-        names = [n.strip() for n in feature_names.split(",") if n.strip()] if feature_names else None
+        names = [n.strip() for n in feature_names.split(",")] if feature_names else None  # each named: `check_feature_names`
         version = await run_in_threadpool(models.push, principal, name, body, feature_names=names)
     else:
         raise BadRequest(

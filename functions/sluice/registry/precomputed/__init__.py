@@ -62,7 +62,21 @@ class Publication:
             before = before.replaced
         if before is not None and before.expires_at <= self.published_at:
             before = None
-        return replace(self, expires_at=expires_at, replaced=_cut(before, MAX_REPLACED))
+        for depth in range(MAX_REPLACED, -1, -1):  # as deep as one record holds (classes may be many)
+            stood = replace(self, expires_at=expires_at, replaced=_cut(before, depth))
+            if depth == 0 or len(stood.to_json()) <= MAX_DOC_BYTES:
+                return stood
+        raise AssertionError("unreachable")
+
+    def settled(self, generation: str) -> Publication | None:
+        """Its chain cut below `generation`, whose job succeeded (a succeeded job is never
+        withdrawn: what it replaced is never put back); None where that changes nothing."""
+        if self.replaced is None:
+            return None
+        if self.generation == generation:
+            return replace(self, replaced=None)
+        rest = self.replaced.settled(generation)
+        return None if rest is None else replace(self, replaced=rest)
 
     def without(self, generation: str) -> Publication | None:
         """Its chain of replaced publications with `generation` taken out (a job withdrawn while
@@ -95,7 +109,8 @@ class Publication:
         )  # fmt: skip
 
 
-MAX_REPLACED = 8  # publications a table keeps to put back, newest first
+MAX_REPLACED = 8  # publications a table keeps to put back, newest first (those of jobs not yet succeeded)
+MAX_DOC_BYTES = 300 * 1024  # and no deeper than a publication's record then stays within (DynamoDB: 400 KB an item)
 
 
 class Superseded(Conflict):
@@ -151,6 +166,10 @@ class PrecomputedStore(Protocol):
     def retire(self, tenant: str, table: str, generation: str) -> None:
         """Remove a replaced generation's answers, once no container can still be serving them
         (where the store does not let them expire)."""
+
+    def settle(self, tenant: str, table: str, generation: str) -> None:
+        """`generation`'s job succeeded: the publication served forgets what it would put back
+        below it (`Publication.settled`), so its record holds only what a withdrawal may need."""
 
 
 def _cut(chain: Publication | None, depth: int) -> Publication | None:

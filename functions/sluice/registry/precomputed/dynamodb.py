@@ -178,6 +178,20 @@ class DynamoPrecomputed:
     def retire(self, tenant: str, table: str, generation: str) -> None:
         return None  # its items expire with their time to live
 
+    def settle(self, tenant: str, table: str, generation: str) -> None:
+        for _ in attempts():
+            found = self._published(tenant, table)
+            kept = self._publication_of(found).settled(generation) if found is not None else None
+            if kept is None:
+                return
+            still = {"ConditionExpression": "#d = :d", "ExpressionAttributeNames": {"#d": "doc"}, "ExpressionAttributeValues": {":d": found["doc"]}}
+            try:
+                self.table.send("put_item", TableName=self.table.name, Item=self._publication_item(tenant, table, kept), **still)
+            except Refused:
+                continue  # published or withdrawn meanwhile: look again
+            return
+        raise busy()
+
     def _published(self, tenant: str, table: str) -> dict[str, Any] | None:
         return self.table.send(
             "get_item", TableName=self.table.name, Key=key(publication_pk(tenant, table), PUBLISHED), ConsistentRead=True

@@ -167,6 +167,13 @@ class SqlitePrecomputed:
                 return  # served again (put back meanwhile): kept
             conn.execute("UPDATE answers SET expires_at = min(expires_at, ?) WHERE tenant = ? AND tbl = ? AND generation = ?", (at, tenant, table, generation))
 
+    def settle(self, tenant: str, table: str, generation: str) -> None:
+        with self._immediate() as conn:
+            row = conn.execute("SELECT doc, expires_at FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
+            kept = Publication.from_json(row[0]).settled(generation) if row else None
+            if kept is not None:
+                conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, kept.to_json(), row[1]))
+
     @contextlib.contextmanager
     def _immediate(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taken at its start: committed, or rolled back on any error."""

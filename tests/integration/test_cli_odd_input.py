@@ -1,0 +1,110 @@
+"""The CLI with input nobody planned for: each is a message naming what is wrong and exit 2,
+never a traceback, a native stack, a secret printed, or a file written outside where it was
+asked (each test once showed one of those)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.conftest import MODELS
+from tests.integration.conftest import run_cli
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.usefixtures("cli_home")
+
+
+def _iris(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+
+
+def test_policy_null_is_a_message_not_an_assertion_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "deployments", "create", "d", "--policy", "null")
+    assert code == 2 and "policy" in err
+
+
+def test_bad_preferred_batch_sizes_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    _iris(capsys)
+    with pytest.raises(SystemExit) as exit_:
+        run_cli(capsys, "deployments", "set", "iris", "--batch-preferred-sizes", "a,b")
+    assert exit_.value.code == 2
+
+
+@pytest.mark.parametrize("parameters", ["[1]", '"abc"', "5"])
+def test_file_body_with_parameters_not_an_object(capsys: pytest.CaptureFixture[str], tmp_path: Path, parameters: str) -> None:
+    _iris(capsys)
+    body = tmp_path / "body.json"
+    body.write_text(f'{{"inputs": [[5.1, 3.5, 1.4, 0.2]], "parameters": {parameters}}}')
+    code, _, err = run_cli(capsys, "predict", "iris", "--file", str(body))
+    assert code == 2 and "parameters" in err
+
+
+@pytest.mark.parametrize(("name", "content"), [("m.txt", b"garbage"), ("m.pkl", MODELS.joinpath("iris.onnx").read_bytes())], ids=["lightgbm", "pickle"])
+def test_a_model_file_that_does_not_load_is_a_message(capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, content: bytes) -> None:
+    pytest.importorskip("lightgbm" if name.endswith(".txt") else "sklearn")
+    model = tmp_path / name
+    model.write_bytes(content)
+    code, _, err = run_cli(capsys, "models", "push", "m", str(model))
+    assert code == 2 and "Traceback" not in err and f"{name} is not a" in err
+
+
+def test_xgboost_load_failure_prints_no_native_stack(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("xgboost")
+    model = tmp_path / "m.json"
+    model.write_text("{broken")
+    code, _, err = run_cli(capsys, "models", "push", "m", str(model))
+    assert code == 2 and "[bt]" not in err and "libxgboost" not in err and "m.json is not a xgboost model" in err
+
+
+@pytest.mark.parametrize("reply", ids=["not-http", "short-body"], argvalues=[b"SSH-2.0-OpenSSH_9\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"a\":"])
+def test_a_server_that_is_not_http_is_a_message(capsys: pytest.CaptureFixture[str], reply: bytes) -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        conn.recv(65536)
+        conn.sendall(reply)
+        conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    code, _, err = run_cli(capsys, "predict", "iris", "--inputs", "[[1,2,3,4]]", "--api", url, "--api-key", "k")
+    server.close()
+    assert code == 2 and "no answer" in err and "Traceback" not in err
+
+
+def test_an_api_url_with_a_space_is_a_message(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "predict", "iris", "--inputs", "[[1,2,3,4]]", "--api", "http://exa mple.com", "--api-key", "k")
+    assert code == 2 and "Traceback" not in err
+
+
+def test_triton_repo_name_cannot_leave_the_out_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    run_cli(capsys, "models", "push", "mlp", str(MODELS / "diabetes_mlp.onnx"))
+    out = tmp_path / "a" / "repo"
+    code, _, err = run_cli(capsys, "triton", "repo", "mlp:1", "--flavour", "local", "--out", str(out), "--name", "../../escaped")
+    assert not (tmp_path / "escaped").exists()
+    assert code == 2 and "name must be" in err
+
+
+@pytest.mark.parametrize("names", ["a,a,b,c", "a,,b,c"])
+def test_feature_names_must_be_distinct_and_non_empty(capsys: pytest.CaptureFixture[str], names: str) -> None:
+    code, _, err = run_cli(capsys, "models", "push", "m", str(MODELS / "iris.onnx"), "--feature-names", names)
+    assert code == 2 and "feature_names" in err
+
+
+def test_a_tracking_uri_query_token_is_never_printed(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow's message quotes the URI's path and query alone (`url: /?token=…/api/2.0/…`)."""
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # else ~4 minutes of MLflow's backoff first
+    code, _, err = run_cli(
+        capsys, "models", "push", "fraud", "models:/fraud@champion", "--tracking-uri", "http://127.0.0.1:1/?token=s3cret"
+    )
+    assert code == 2 and "s3cret" not in err
