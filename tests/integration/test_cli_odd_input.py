@@ -91,7 +91,9 @@ def test_triton_repo_name_cannot_leave_the_out_folder(capsys: pytest.CaptureFixt
     out = tmp_path / "a" / "repo"
     code, _, err = run_cli(capsys, "triton", "repo", "mlp:1", "--flavour", "local", "--out", str(out), "--name", "../../escaped")
     assert not (tmp_path / "escaped").exists()
-    assert code == 2 and "name must be" in err
+    assert code == 2 and "one path segment" in err
+    code, _, _ = run_cli(capsys, "triton", "repo", "mlp:1", "--flavour", "local", "--out", str(out), "--name", "DiabetesMLP")
+    assert code == 0 and (out / "DiabetesMLP" / "config.pbtxt").exists()  # any name Triton takes, in one segment
 
 
 @pytest.mark.parametrize("names", ["a,a,b,c", "a,,b,c"])
@@ -108,3 +110,24 @@ def test_a_tracking_uri_query_token_is_never_printed(capsys: pytest.CaptureFixtu
         capsys, "models", "push", "fraud", "models:/fraud@champion", "--tracking-uri", "http://127.0.0.1:1/?token=s3cret"
     )
     assert code == 2 and "s3cret" not in err
+
+
+@pytest.mark.parametrize(("written", "read"), [("sepal_length,sepal_width,petal_length,petal_width,", 4), ("sepal_length,sepal_width,sepal_width,petal_width", None)])
+def test_feature_names_a_models_metadata_gives_are_read_as_an_exporter_writes_them(written: str, read: int | None) -> None:
+    """A trailing comma an exporter left in the model's `feature_names` metadata names nothing
+    (the user never typed it); a name given twice there is refused as from the command line."""
+    import onnx
+
+    from sluice.domain.errors import SluiceError
+    from sluice.services.models import read_signature
+
+    model = onnx.load(str(MODELS / "iris.onnx"))
+    for prop in model.metadata_props:
+        if prop.key == "feature_names":
+            prop.value = written
+    if read is None:
+        with pytest.raises(SluiceError) as refused:
+            read_signature(model.SerializeToString())
+        assert refused.value.field == "feature_names" and "twice" in refused.value.message
+    else:
+        assert len(read_signature(model.SerializeToString()).inputs[0].feature_names or ()) == read

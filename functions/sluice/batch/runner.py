@@ -265,9 +265,10 @@ class BatchRunner:
         try:
             done = self._fail(job, message, may_not_withdraw)
         finally:  # FAILED first: a chunk recorded after it is refused, so what is listed now stays listed
-            failed = self.registry.get_job(tenant, job_id)
-            if failed.status == "FAILED" and self._folder_is_its(failed):
-                self._unfinished(failed, self.registry.list_chunks(tenant, job_id), "FAILED", failed.error or message)
+            with contextlib.suppress(SluiceError):  # the registry down: MarkFailed's own error is what is raised
+                failed = self.registry.get_job(tenant, job_id)
+                if failed.status == "FAILED" and self._folder_is_its(failed):
+                    self._unfinished(failed, self.registry.list_chunks(tenant, job_id), "FAILED", failed.error or message)
         return job_summary(done)
 
     # Cancelled ----------------------------------------------------------------------------

@@ -80,7 +80,7 @@ def load(path: Path, fmt: str) -> Loaded:
         return _torch(path, fmt)
     try:
         return loader(path)
-    except SluiceError:
+    except (SluiceError, MemoryError, OSError):  # ours, or the machine's (tried again where a follow retries)
         raise
     except Exception as exc:  # pickle, joblib, a framework's native error: the file is not such a model
         said = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]

@@ -85,9 +85,19 @@ def fetch(uri: str, tracking_uri: str | None, into: Path) -> Fetched:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
-    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    pool = logging.getLogger("urllib3.connectionpool")
+    if not any(isinstance(f, _NoRetryLines) for f in pool.filters):
+        pool.addFilter(_NoRetryLines())
     with scrubbed(tracking):
         return _fetch(uri, tracking, into)
+
+
+class _NoRetryLines(logging.Filter):
+    """urllib3's "Retrying (…) after connection broken by …: /path?query" lines, left out: the
+    query may hold a tracking server's token. Its other lines stand."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Retrying (")
 
 
 class scrubbed:

@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Literal
 
 from sluice import owner_only
 from sluice.codecs.triton import batchable, config_dims
-from sluice.domain.errors import InvalidInput
-from sluice.domain.objects import check_name
+from sluice.domain.errors import BadRequest, InvalidInput
 
 if TYPE_CHECKING:
     from sluice.domain import ModelVersion
@@ -324,8 +323,8 @@ def build_repository(
     """A repository folder for a registered ONNX version, read from the artifact store."""
     if version.runtime == "triton" or version.artifact_uri.endswith(".tar.gz"):
         raise InvalidInput("this version is already a Triton repository; use its artifact as is", field="version")
-    if name is not None:  # the model's folder under `root`: one name, never a path out of it
-        check_name(name, field="name")
+    if name is not None and (not name or name in (".", "..") or any(c in name for c in "/\\\0")):
+        raise BadRequest(f"name is the Triton model's folder under the repository: one path segment, not {name!r}", field="name")
     data = store.get(version.artifact_uri, sha256=version.sha256)
     return build_model(
         root,

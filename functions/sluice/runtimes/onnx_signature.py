@@ -49,7 +49,7 @@ def signature_from_session(session: Any, feature_names: list[str] | None = None)
     """
     meta = dict(session.get_modelmeta().custom_metadata_map)
     if feature_names is None and meta.get("feature_names"):
-        feature_names = [n.strip() for n in meta["feature_names"].split(",")]
+        feature_names = [n.strip() for n in meta["feature_names"].split(",") if n.strip()]  # an exporter's trailing comma: no name
     raw_inputs = session.get_inputs()
     inputs = []
     for arg in raw_inputs:
