@@ -47,7 +47,7 @@ from infra.constructs.sagemaker_role import (
 from infra.constructs.triton_image import repository_arn
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import RUNTIME_ENDPOINT_PREFIX
-from sluice.endpoints.scaling import COPY_DIMENSION, VARIANT_DIMENSION
+from sluice.endpoints.scaling import BACKLOG, COPIES, COPY_DIMENSION, INSTANCES, VARIANT_DIMENSION
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -257,7 +257,9 @@ class EndpointLifecycle(Construct):
             for name in (
                 f"TargetTracking-endpoint/{prefix}*",
                 f"TargetTracking-inference-component/{prefix}*",
-                f"{prefix}*",
+                # sluice's own scale-from-zero alarms, by their names alone: `sluice-*` also
+                # matches the alarms CloudFormation names after the stacks (`sluice-observability-…`)
+                *(f"{prefix}*-{scalable.from_zero.alarm}" for scalable in (INSTANCES, BACKLOG, COPIES) if scalable.from_zero is not None),
             )
         ]
         topics = self._topics

@@ -166,6 +166,10 @@ def test_the_api_may_make_every_call_of_the_endpoint_lifecycle_on_sluice_names(
         assert not _allowed(api_statements, action, f"{ARN}:endpoint/someone-elses")
     assert not _allowed(api_statements, "sagemaker:DeleteInferenceComponent", f"{ARN}:inference-component/someone-elses")
     assert not _allowed(api_statements, "cloudwatch:DeleteAlarms", f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:someone-elses")
+    # Nor the stacks' own alarms, which CloudFormation names after them (`sluice-observability-…`).
+    for theirs in ("sluice-observability-ApiErrors5xxA1B2C3-1XYZ", "sluice-endpoints-ResnetHasBacklogAlarm-2ABC"):
+        for action in ("cloudwatch:DeleteAlarms", "cloudwatch:PutMetricAlarm"):
+            assert not _allowed(api_statements, action, f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{theirs}"), (action, theirs)
     assert not _allowed(api_statements, "sns:DeleteTopic", f"arn:aws:sns:{REGION}:{ACCOUNT}:someone-elses")
     # The operator's own endpoint (infra/sluice.yaml's) shares the prefix: the API may invoke and
     # re-weight it, never replace, retag or delete it, nor touch its scaling alarms.
@@ -243,7 +247,8 @@ def test_scaling_writes_are_limited_to_sagemaker_variants_and_components(full_ap
                         f"TargetTracking-endpoint/{RUNTIME_ENDPOINT_PREFIX}*",
                         f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:"
                         f"TargetTracking-inference-component/{RUNTIME_ENDPOINT_PREFIX}*",
-                        f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{RUNTIME_ENDPOINT_PREFIX}*",
+                        f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{RUNTIME_ENDPOINT_PREFIX}*-HasBacklogWithoutCapacity",
+                        f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{RUNTIME_ENDPOINT_PREFIX}*-NoCapacityInvocationFailures",
                     ],
                 }
             ),

@@ -4,6 +4,7 @@ asked (each test once showed one of those)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from typing import TYPE_CHECKING
@@ -110,6 +111,8 @@ def test_a_tracking_uri_query_token_is_never_printed(capsys: pytest.CaptureFixtu
         capsys, "models", "push", "fraud", "models:/fraud@champion", "--tracking-uri", "http://127.0.0.1:1/?token=s3cret"
     )
     assert code == 2 and "s3cret" not in err
+    # what MLflow's loading imported (Feast) left no Prometheus folder in this process's environment
+    assert not {"PROMETHEUS_MULTIPROC_DIR", "PROMETHEUS_MULTIPROCESS_DIR"} & set(os.environ)
 
 
 @pytest.mark.parametrize(("written", "read"), [("sepal_length,sepal_width,petal_length,petal_width,", 4), ("sepal_length,sepal_width,sepal_width,petal_width", None)])

@@ -26,16 +26,23 @@ if TYPE_CHECKING:
 
 
 def options(max_request_bytes: int, max_response_bytes: int, *, share_port: bool = False) -> list[tuple[str, int]]:
-    # The HTTP body limits, as gRPC's own: a larger message is refused (RESOURCE_EXHAUSTED)
-    # before it is parsed, and no answer larger than an HTTP one is sent (the service refuses
-    # one first, saying why).
+    # The HTTP body limits: a message over the request limit is that request's error (the
+    # service's, RESOURCE_EXHAUSTED saying why; on a stream its `error_message`, the stream
+    # going on), so gRPC's own bound, which ends the whole call, stays above it (twice it, at
+    # least 16 MiB: a WebSocket frame's too); no answer larger than an HTTP one is sent (the
+    # service refuses one first, saying why).
     # SO_REUSEPORT only for the workers of one `sluice serve`, which checked the port was free
     # first: otherwise a port another process holds is an error, not a silent second server.
     return [
-        ("grpc.max_receive_message_length", max_request_bytes),
+        ("grpc.max_receive_message_length", transport_bound(max_request_bytes)),
         ("grpc.max_send_message_length", max_response_bytes),
         ("grpc.so_reuseport", 1 if share_port else 0),
     ]
+
+
+def transport_bound(max_request_bytes: int) -> int:
+    """gRPC's own bound on a received message: past it the whole call ends (a stream too)."""
+    return max(16 * 1024 * 1024, 2 * max_request_bytes)
 
 
 async def start(container: Container, host: str, port: int, *, share_port: bool = False) -> tuple[grpc.aio.Server, int]:

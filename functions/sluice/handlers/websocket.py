@@ -23,6 +23,7 @@ from sluice.startup import pause_in_lambda, started
 pause_in_lambda()  # in Lambda, the collector off until this module has loaded (`sluice.startup`)
 
 import base64
+import binascii
 import contextlib
 import json
 from typing import TYPE_CHECKING, Any
@@ -94,18 +95,29 @@ async def message(event: dict[str, Any], *, container: Container, clients: AwsCl
     from sluice.api.socket import Session, encode
     from sluice.registry.scope import use_tenant
 
-    context = event["requestContext"]
-    principal = principal_of(event)
-    connection = str(context["connectionId"])
+    context = event.get("requestContext") or {}
+    principal = principal_of(event) if context else None
     if principal is None:
         return {"statusCode": 401}
+    if not all(isinstance(context.get(k), str) and context.get(k) for k in ("connectionId", "domainName", "stage")):
+        return {"statusCode": 400}  # nowhere to answer: refused before any model runs (API Gateway always sends them)
+    connection = context["connectionId"]
     body = event.get("body") or ""
-    raw: bytes | str = base64.b64decode(body) if event.get("isBase64Encoded") else body
+    raw: bytes | str = body
     with use_tenant(principal.tenant):  # the registry acts for this tenant alone
         session = Session(
             container, principal, connection_id=connection, headers=headers_of(event), rate_limit=_rate(container, principal.tenant)
         )
-        answer = await session.answer(raw)
+        try:
+            if event.get("isBase64Encoded"):
+                raw = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            from sluice.api.socket import error_answer
+            from sluice.domain.errors import InvalidRequest
+
+            answer = error_answer(InvalidRequest("the message is not the base64 its event says it is (isBase64Encoded)", field="body"), None)
+        else:
+            answer = await session.answer(raw)
     data = encode(answer)
     if len(data) > MAX_ANSWER_BYTES:
         from sluice.api.socket import error_answer, rows_field
