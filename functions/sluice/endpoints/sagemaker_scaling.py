@@ -91,12 +91,17 @@ class ScalingCalls:
 
     def remove_alarms(self, endpoint: str) -> list[str]:
         """The scale-from-zero alarms of the endpoint and its components, all named
-        `<endpoint>-…` (target tracking's own alarms go with their policies)."""
+        `<endpoint>-…-<alarm>` (target tracking's own alarms go with their policies). Those
+        alone: another alarm someone named after the endpoint stays (the API's role may not
+        touch it)."""
+        from sluice.endpoints.scaling import BACKLOG, COPIES, INSTANCES
+
+        ours = tuple(f"-{s.from_zero.alarm}" for s in (INSTANCES, BACKLOG, COPIES) if s.from_zero is not None)
         names: list[str] = []
         token = None
         while True:
             page = self.cloudwatch().describe_alarms(AlarmNamePrefix=f"{endpoint}-", **({"NextToken": token} if token else {}))
-            names += [a["AlarmName"] for a in page.get("MetricAlarms", [])]
+            names += [a["AlarmName"] for a in page.get("MetricAlarms", []) if a["AlarmName"].endswith(ours)]
             token = page.get("NextToken")
             if not token:
                 break

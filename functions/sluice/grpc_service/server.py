@@ -198,6 +198,8 @@ def add_service(servicer: Any, server: grpc.aio.Server, guard: Guard | None = No
     and inference (unary and streamed), whose requests and answers are read and written around
     their tensors' bytes (`sluice.grpc_service.wire`). `guard`: every RPC under its rules,
     as its call opens (`Guard`)."""
+    import functools
+
     from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
     from sluice.grpc_service.wire import (
@@ -207,18 +209,20 @@ def add_service(servicer: Any, server: grpc.aio.Server, guard: Guard | None = No
         write_stream_response,
     )
 
+    limit = servicer.container.settings.limits.max_request_bytes
+    read_infer = functools.partial(read_infer_request, limit=limit)
     declared = _Declared()
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, declared)
     handlers = {
         # The stubs' deserializer is the request message's `FromString`.
-        name: handler._replace(request_deserializer=read_request(handler.request_deserializer.__self__))
+        name: handler._replace(request_deserializer=read_request(handler.request_deserializer.__self__, limit))
         for name, handler in declared.handlers.items()
     }
     handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
-        servicer.ModelInfer, request_deserializer=read_infer_request, response_serializer=write_infer_response
+        servicer.ModelInfer, request_deserializer=read_infer, response_serializer=write_infer_response
     )
     handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-        servicer.ModelStreamInfer, request_deserializer=read_infer_request, response_serializer=write_stream_response
+        servicer.ModelStreamInfer, request_deserializer=read_infer, response_serializer=write_stream_response
     )
     if guard is not None:
         handlers = {name: guard.wrap(name, handler) for name, handler in handlers.items()}

@@ -33,12 +33,20 @@ def not_a(kind: str, exc: Exception) -> BadRequest:
     return BadRequest(f"the request is not a {kind}: {str(exc)[:200] or 'it does not parse'}", field="body")
 
 
-def read_request(message_type: Any) -> Any:
+def too_large(size: int, limit: int) -> Any:
+    from sluice.domain.errors import PayloadTooLarge
+
+    return PayloadTooLarge(f"the request is {size} bytes, over the {limit} a request may be (SLUICE_MAX_REQUEST_BYTES)", field="body")
+
+
+def read_request(message_type: Any, limit: int | None = None) -> Any:
     """The deserializer of a call whose request is a `message_type`: one that does not parse
     is `not_a` it (the server answers it as the call's error)."""
     from google.protobuf.message import DecodeError
 
     def read(data: bytes) -> Any:
+        if limit is not None and len(data) > limit:
+            raise too_large(len(data), limit)
         try:
             return message_type.FromString(data)
         except DecodeError as exc:
@@ -65,10 +73,19 @@ class InferRequest:
         return getattr(self.message, name)
 
 
-def read_infer_request(data: bytes) -> InferRequest:
+def read_infer_request(data: bytes, limit: int | None = None) -> InferRequest:
     """The request's deserializer (unary and stream): raw contents left in place."""
     from google.protobuf.message import DecodeError
 
+    if limit is not None and len(data) > limit:  # unparsed: only its names, for the answer
+        said = pb.ModelInferRequest()
+        try:
+            for number, wire, start, _value, end in fields(data):
+                if number in (1, 2, 3) and wire == LENGTH_DELIMITED:
+                    said.MergeFromString(bytes(memoryview(data)[start:end]))
+        except (IndexError, ValueError, DecodeError):
+            pass
+        return InferRequest(said, [], malformed=too_large(len(data), limit), size=len(data))
     try:
         try:
             rest, raws = _split(data)

@@ -265,7 +265,8 @@ class ServeSettings(Group):
         "(an open stream is one; a call counts from when it opens, and waits at most `body_timeout_s` for its "
         "message), a tenant at most `tenant_share` of them while another tenant wants one; past it a call is refused "
         "with RESOURCE_EXHAUSTED at once. Each call may hold a "
-        "message of up to `max_request_bytes` and its decoding, so this bounds what gRPC adds to a worker's memory. "
+        "message of up to `max_request_bytes` and its decoding (one larger, up to twice it and at least 16 MiB, is held "
+        "unread while it is refused as its request's error), so this bounds what gRPC adds to a worker's memory. "
         "0: no bound.",
     )
     batch_inbox: Annotated[Path | None, BeforeValidator(unset_if_empty)] = Field(

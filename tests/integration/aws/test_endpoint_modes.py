@@ -215,6 +215,11 @@ def test_the_cli_deploys_async_and_undeploys_it_all(world: World, monkeypatch: p
     code, out, _ = run_cli(capsys, "--tenant", "acme", "endpoints", "status", "ranker")
     assert code == 0 and json.loads(out)["asynchronous"]["topics"]["success"].endswith("-succeeded")
 
+    theirs = f"{endpoint_name('acme', 'ranker')}-p99-latency"  # an operator's own alarm, named after the endpoint
+    world.cloudwatch.put_metric_alarm(
+        AlarmName=theirs, MetricName="ModelLatency", Namespace="AWS/SageMaker", Statistic="Average", Period=60,
+        EvaluationPeriods=1, Threshold=1.0, ComparisonOperator="GreaterThanThreshold",
+    )  # fmt: skip
     world.calls.clear()
     code, out, err = run_cli(capsys, "--tenant", "acme", "endpoints", "undeploy", "ranker")
     assert code == 0, err
@@ -226,7 +231,7 @@ def test_the_cli_deploys_async_and_undeploys_it_all(world: World, monkeypatch: p
     deleted = json.loads(out)["deleted"]
     assert deleted["alarms"] == [f"{endpoint_name('acme', 'ranker')}-HasBacklogWithoutCapacity"] and len(deleted["topics"]) == 2
     assert world.sns.list_topics()["Topics"] == []
-    assert world.cloudwatch.describe_alarms()["MetricAlarms"] == []
+    assert [a["AlarmName"] for a in world.cloudwatch.describe_alarms()["MetricAlarms"]] == [theirs]  # sluice's own alarms alone went
     assert world.autoscaling.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"] == []
     assert world.autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"] == []
     assert world.sagemaker.list_endpoints()["Endpoints"] == [] and world.sagemaker.list_models()["Models"] == []
