@@ -54,6 +54,7 @@ from infra.naming import (
     STORE_PREFIX,
     UPLOADS_PREFIX,
 )
+from sluice.inference.mirror import SHADOW_BODY_SUFFIX
 
 
 class Mirror(Callee):
@@ -127,6 +128,11 @@ def shadow_function(
         prefix=STORE_PREFIX,
         purpose="model artifacts and request bodies too large for an async invoke",
     )
+    # A body too large for an async invoke is stored as `<tenant>/sha256/<digest>.shadow.json`
+    # and deleted once compared (`sluice.handlers.shadow`): those alone, never a model's artifact.
+    bodies = predicting.artifacts.arn_for_objects(f"{STORE_PREFIX}tenants/*/sha256/*{SHADOW_BODY_SUFFIX}")
+    fn.role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:DeleteObject"], resources=[bodies]))
+    acknowledge(fn, wildcard_resource(fn, bodies), "A shadow body's key is its tenant's and its digest, made at run time: only such bodies, never a model's artifact.")
     grant_invoke_endpoints(fn, predicting.endpoint_names)
     predicting.function_steps.grant_to(fn)
     predicting.precomputed.grant(fn, READ_ANSWERS)

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 ASYNC_PAYLOAD_LIMIT = 1_000_000 - 16_384
 
 
+SHADOW_BODY_SUFFIX = ".shadow.json"  # a stored shadow body's, which only the shadow function may delete (infra)
+
 class Mirror(Protocol):
     async def submit(self, job: ShadowJob) -> None:
         """Hand the job off. Never raises: a mirror must not touch the primary's response."""
@@ -89,7 +91,7 @@ class LambdaMirror:
         body = json.dumps(job.to_json()).encode()
         if len(body) <= ASYNC_PAYLOAD_LIMIT:
             return body
-        ref = self.store.put(job.tenant, body, suffix=".shadow.json")
+        ref = self.store.put(job.tenant, body, suffix=SHADOW_BODY_SUFFIX)
         return json.dumps({"payload_uri": ref.uri, "sha256": ref.sha256, "tenant": job.tenant}).encode()
 
     def drain(self, timeout_s: float = 10.0) -> None:
