@@ -315,11 +315,9 @@ def test_ensemble_members_run_concurrently(demo: Container, client: TestClient, 
     for name, value in (("m1", 1.0), ("m2", 2.0), ("m3", 6.0)):
         add_fake(demo.registry, "acme", name, value=value, sleep_s=0.3)
     assert deploy(client, keys["acme"], "ens", _ensemble("mean", [("m1", None), ("m2", None), ("m3", None)])).status_code == 201
-    started = time.perf_counter()
     body = predict(client, keys["acme"], "ens").json()
-    elapsed = time.perf_counter() - started
     assert body["prediction"] == pytest.approx(3.0)
-    assert 0.3 <= elapsed < 0.6  # about the slowest member (0.3 s), not the sum (0.9 s)
+    assert fake.most == 3  # the three members asleep at once, not one after another (no clock: machines here are noisy)
     assert [m["name"] for m in body["members"]] == ["m1", "m2", "m3"] and all(m["ok"] for m in body["members"])
 
 

@@ -35,13 +35,20 @@ class SleepyRuntime:
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.running = 0  # calls asleep now
+        self.most = 0  # and the most ever at once: calls that ran concurrently, whatever the clock
 
     async def load(self, version: ModelVersion) -> None:
         return None
 
     async def infer(self, version: ModelVersion, inputs: dict[str, np.ndarray], outputs: Any = None) -> InferenceResult:
         self.calls.append(version.ref)
-        await asyncio.sleep(version.config.get("sleep_s", 0.0))
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await asyncio.sleep(version.config.get("sleep_s", 0.0))
+        finally:
+            self.running -= 1
         if version.config.get("fail"):
             raise BackendError(f"{version.ref} failed on purpose")
         if version.config.get("queued"):
