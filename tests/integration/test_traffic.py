@@ -185,7 +185,7 @@ def test_shadow_compares_off_the_request_path_and_promote(client: TestClient, ke
 
 def test_a_slow_or_failing_mirror_never_delays_or_alters_the_primary(demo: Container, keys: dict[str, str], fake: SleepyRuntime) -> None:
     add_fake(demo.registry, "acme", "prim", value=1.0)
-    add_fake(demo.registry, "acme", "slow", value=2.0, sleep_s=0.6)
+    add_fake(demo.registry, "acme", "slow", value=2.0, sleep_s=3.0)  # far past the bound below: a loaded machine's delays stay within it
     add_fake(demo.registry, "acme", "bad", fail=True)
     policy = {
         "kind": "shadow",
@@ -204,7 +204,7 @@ def test_a_slow_or_failing_mirror_never_delays_or_alters_the_primary(demo: Conta
         request = PredictionRequest("sh", ArrayInputs({"input": __import__("numpy").ones((1, 4), dtype="float32")}))
         started = time.perf_counter()
         prediction = asyncio.run(demo.predictions.predict(principal, request))
-        assert time.perf_counter() - started < 0.3
+        assert time.perf_counter() - started < 1.5
         assert prediction.result.outputs["y"].tolist() == [[1.0]]
         assert prediction.mirrored == 2
         assert fake.calls[0] == "prim:1"
@@ -323,13 +323,13 @@ def test_ensemble_members_run_concurrently(demo: Container, client: TestClient, 
 
 def test_ensemble_member_deadlines_and_min_members(demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime) -> None:
     add_fake(demo.registry, "acme", "quick", value=4.0)
-    add_fake(demo.registry, "acme", "late", value=100.0, sleep_s=1.0)
+    add_fake(demo.registry, "acme", "late", value=100.0, sleep_s=5.0)
     add_fake(demo.registry, "acme", "broken", fail=True)
     policy = _ensemble("median", [("quick", None), ("late", 100), ("broken", None)], min_members=1)
     assert deploy(client, keys["acme"], "ens2", policy).status_code == 201
     started = time.perf_counter()
     body = predict(client, keys["acme"], "ens2").json()
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < 2.5  # not the late member's 5 s
     assert body["prediction"] == 4.0
     report = {m["name"]: m for m in body["members"]}
     assert report["quick"]["ok"] and report["late"]["error"] == "deadline_exceeded" and report["broken"]["error"] == "backend_error"
@@ -341,13 +341,13 @@ def test_ensemble_member_deadlines_and_min_members(demo: Container, client: Test
 
 
 def test_first_success_answers_with_the_fastest(demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime) -> None:
-    add_fake(demo.registry, "acme", "tortoise", value=1.0, sleep_s=0.8)
+    add_fake(demo.registry, "acme", "tortoise", value=1.0, sleep_s=5.0)
     add_fake(demo.registry, "acme", "hare", value=2.0, sleep_s=0.05)
     add_fake(demo.registry, "acme", "dud", fail=True)
     deploy(client, keys["acme"], "hedge", _ensemble("first_success", [("tortoise", None), ("dud", None), ("hare", None)]))
     started = time.perf_counter()
     body = predict(client, keys["acme"], "hedge").json()
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < 2.5  # not the tortoise's 5 s
     assert body["prediction"] == 2.0 and body["model"] == "hare"
     # Every member is listed, in the policy's order: the one still running when the hare
     # answered as stopped, not left out.
