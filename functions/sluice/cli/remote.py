@@ -79,7 +79,11 @@ class Api:
             from sluice.domain.errors import Unavailable
 
             reason = getattr(exc, "reason", None) or type(exc).__name__
-            raise Unavailable(f"{method} {_shown(url)}: no answer ({reason})", field="api") from None
+            from sluice.convert.mlflow_models import (
+                without_credentials,  # no user information, query or fragment
+            )
+
+            raise Unavailable(f"{method} {without_credentials(url)}: no answer ({reason})", field="api") from None
 
     def json(self, method: str, path: str, payload: Any = None) -> tuple[int, dict[str, str], Any]:
         data = None if payload is None else json.dumps(payload).encode()
@@ -238,11 +242,3 @@ def api_from(args: Any) -> Api | None:
     if not key:
         raise SluiceError("a remote API needs a key: --api-key or SLUICE_API_KEY", field="api_key")
     return Api(base, key)
-
-
-def _shown(url: str) -> str:
-    """A URL as an error names it: no user information (a password), no query (a token)."""
-    from urllib.parse import urlunsplit
-
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))

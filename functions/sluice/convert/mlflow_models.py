@@ -88,23 +88,12 @@ def fetch(uri: str, tracking_uri: str | None, into: Path) -> Fetched:
     pool = logging.getLogger("urllib3.connectionpool")
     if not any(isinstance(f, _NoRetryLines) for f in pool.filters):
         pool.addFilter(_NoRetryLines())
-    kept = {name: os.environ.get(name) for name in _IMPORTS_SET}
-    try:
-        with scrubbed(tracking):
-            return _fetch(uri, tracking, into)
-    finally:  # what MLflow's loaders import may set (Feast, through a flavour's plugins): as it was
-        for name, value in kept.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    # What MLflow's loading imports may set (Feast: Prometheus' folders) is put back: left, it
+    # turns on `/metrics` series in a process that never asked for them (a follow poll's).
+    from sluice.runtimes.feast_store import prometheus_folders_kept
 
-
-# What a package MLflow's loading imports sets in the process's environment where it is unset
-# (Feast: Prometheus' multiprocess folders, at a temporary folder of its own). Left there, they
-# turn on `/metrics` series in a process that never asked for them, `sluice serve`'s follow polls
-# included (`sluice.runtimes.feast_store` keeps them the same way).
-_IMPORTS_SET = ("PROMETHEUS_MULTIPROC_DIR", "PROMETHEUS_MULTIPROCESS_DIR")
+    with prometheus_folders_kept(), scrubbed(tracking):
+        return _fetch(uri, tracking, into)
 
 
 class _NoRetryLines(logging.Filter):

@@ -61,6 +61,22 @@ def numbers_past_float(op: Any) -> Iterator[tuple[str, int]]:
         elif type(value) is list:
             yield from ((f"{name}.{i}", v) for i, v in enumerate(value) if past_float(v))
 
+
+def in_floats(op: Any) -> Any:
+    """The op, or a copy whose numbers no 64-bit float holds (a policy stored before they were
+    refused where written, `sluice.services.written_bounds`) are the infinity of their sign, as
+    a float reads them: never an OverflowError on every request."""
+    changed: dict[str, Any] = {}
+    for name, _ in numbers_past_float(op):
+        field = name.partition(".")[0]
+        value = getattr(op, field)
+        changed[field] = [_infinity(v) if past_float(v) else v for v in value] if type(value) is list else _infinity(value)
+    return op.model_copy(update=changed) if changed else op
+
+
+def _infinity(value: int) -> float:
+    return float("inf") if value > 0 else float("-inf")
+
 class _Op(Part):
     input: Name
     output: Name | None = None

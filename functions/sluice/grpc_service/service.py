@@ -268,9 +268,6 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     async def _infer_counted(self, principal: Principal, metadata: dict[str, str], request: Any, admitted: bool) -> Any:
         if getattr(request, "malformed", None):
             raise request.malformed
-        limit = self.container.settings.limits.max_request_bytes
-        if getattr(request, "size", 0) > limit:  # gRPC's own bound is above it: this request's error alone
-            raise PayloadTooLarge(f"the request is {request.size} bytes, over the {limit} a request may be (SLUICE_MAX_REQUEST_BYTES)", field="body")
         message = request.message  # its fields; the raw contents are the request's (wire.InferRequest)
         rid = request_id({}, metadata, message.id, field="id")  # type: ignore[arg-type]
         params = {k: _parameter(v) for k, v in message.parameters.items()}

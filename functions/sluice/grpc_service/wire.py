@@ -59,11 +59,10 @@ class InferRequest:
     """A `ModelInferRequest` whose `raw_input_contents` are views of the bytes it came in;
     every other field is the parsed message's."""
 
-    __slots__ = ("malformed", "message", "raw_input_contents", "size")
+    __slots__ = ("malformed", "message", "raw_input_contents")
 
-    def __init__(self, message: Any, raw_input_contents: list[memoryview], malformed: BadRequest | None = None, size: int = 0) -> None:
+    def __init__(self, message: Any, raw_input_contents: list[memoryview], malformed: BadRequest | None = None) -> None:
         self.message = message
-        self.size = size  # the message's bytes as received: held to the request limit by the service
         self.raw_input_contents = raw_input_contents
         # Why the bytes are no ModelInferRequest (then `message` is an empty one): each of a
         # stream's messages is answered alone, so this is its answer, not the call's.
@@ -85,16 +84,16 @@ def read_infer_request(data: bytes, limit: int | None = None) -> InferRequest:
                     said.MergeFromString(bytes(memoryview(data)[start:end]))
         except (IndexError, ValueError, DecodeError):
             pass
-        return InferRequest(said, [], malformed=too_large(len(data), limit), size=len(data))
+        return InferRequest(said, [], malformed=too_large(len(data), limit))
     try:
         try:
             rest, raws = _split(data)
         except (IndexError, ValueError):  # not what the walk expects: protobuf says what is wrong
             message = pb.ModelInferRequest.FromString(data)
-            return InferRequest(message, [memoryview(raw) for raw in message.raw_input_contents], size=len(data))
-        return InferRequest(pb.ModelInferRequest.FromString(rest), raws, size=len(data))
+            return InferRequest(message, [memoryview(raw) for raw in message.raw_input_contents])
+        return InferRequest(pb.ModelInferRequest.FromString(rest), raws)
     except DecodeError as exc:  # answered by the handler, as that request's error
-        return InferRequest(pb.ModelInferRequest(), [], malformed=not_a("ModelInferRequest", exc), size=len(data))
+        return InferRequest(pb.ModelInferRequest(), [], malformed=not_a("ModelInferRequest", exc))
 
 
 def _split(data: bytes) -> tuple[bytes, list[memoryview]]:

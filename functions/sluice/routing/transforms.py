@@ -22,8 +22,6 @@ a model's answer).
 
 from __future__ import annotations
 
-import hashlib
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +29,8 @@ import numpy as np
 
 from sluice.codecs.datatypes import V2_TO_NUMPY, past_range
 from sluice.domain.errors import InvalidInput, InvalidRequest
-from sluice.domain.transforms import Transform, numbers_past_float, past_float
+from sluice.domain.transforms import Transform, in_floats
+from sluice.routing.transform_codes import Codes, distinct, positions, stable_bucket
 from sluice.routing.transform_finite import finite_outputs
 
 Arrays = dict[str, np.ndarray]
@@ -40,7 +39,6 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _STARTS = ("fill", "standardize", "min_max", "log1p", "platt")  # floats from any numbers
 _ELEMENT_WISE = (*_STARTS, "clip")  # clip keeps its input's type: it joins a chain, never starts one
 MAX_PLANS = 16  # a node takes what the step before gives: a few column choices at most
-MORE_CODES = 1024  # text outside a vocabulary remembered per op (a bound, whatever the traffic)
 SMALL_FILL = 4096  # up to this many values a fill copies and sets its NaN (NumPy's set-up is the cost)
 
 
@@ -81,7 +79,7 @@ def plan_of(node: Transform, columns: dict[int, list[int]]) -> Plan:
 
 def _compile(node: Transform, columns: dict[int, list[int]]) -> list[Step]:
     steps: list[Step] = []
-    ops, i = [_in_floats(op) for op in node.ops], 0
+    ops, i = [in_floats(op) for op in node.ops], 0
     while i < len(ops):
         op = ops[i]
         if op.op in _STARTS:  # with the element-wise ops after it that rewrite the tensor it wrote
@@ -99,21 +97,6 @@ def _compile(node: Transform, columns: dict[int, list[int]]) -> list[Step]:
     return steps
 
 
-
-def _in_floats(op: Any) -> Any:
-    """The op, or a copy whose numbers no 64-bit float holds (a policy stored before they were
-    refused where written, `sluice.services.written_bounds`) are the infinity of their sign, as
-    a float reads them: never an OverflowError on every request."""
-    changed: dict[str, Any] = {}
-    for name, _ in numbers_past_float(op):
-        field = name.partition(".")[0]
-        value = getattr(op, field)
-        changed[field] = [_infinity(v) if past_float(v) else v for v in value] if type(value) is list else _infinity(value)
-    return op.model_copy(update=changed) if changed else op
-
-
-def _infinity(value: int) -> float:
-    return math.inf if value > 0 else -math.inf
 
 def _get(arrays: Arrays, name: str) -> np.ndarray:  # where a step's `out[name] if name in out` falls back
     if name not in arrays:
@@ -257,67 +240,16 @@ def _bucketize(op: Any, _: Any) -> Step:
     return _one_in(op, lambda x: np.searchsorted(boundaries, x, side="right").astype(np.int64, copy=False))
 
 
-class _Codes(dict):  # type: ignore[type-arg]
-    """A text vocabulary's codes by value, read in C (`codes[value]`). A value it does not
-    hold (a word outside it, bytes, a number) is read as text once and given its code or
-    `unknown`; text and bytes are remembered, up to MORE_CODES of them."""
-
-    __slots__ = ("most", "unknown")
-
-    def __init__(self, vocabulary: list[str], codes: Any, unknown: Any) -> None:
-        super().__init__(zip(vocabulary, codes, strict=True))
-        self.unknown = unknown
-        self.most = len(vocabulary) + MORE_CODES
-
-    def __missing__(self, value: Any) -> Any:
-        text = _text(value)
-        code = self.unknown if text is value else self.get(text, self.unknown)
-        if type(value) in (str, bytes) and len(self) < self.most:  # never a number: 1 == 1.0 == True
-            self[value] = code
-        return code
-
-    def lookup(self, x: np.ndarray, dtype: Any) -> np.ndarray:
-        values = x.reshape(-1).tolist()
-        try:
-            return np.fromiter(map(self.__getitem__, values), dtype=dtype, count=len(values))
-        except TypeError:  # a value that is not hashable: read as text
-            return np.array([self[_text(v)] for v in values], dtype=dtype)
-
-
-def _text(value: Any) -> str:
-    return value if type(value) is str else value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _positions(op: Any, x: np.ndarray, text: _Codes | None) -> np.ndarray:
-    """Each row's index in the op's vocabulary, -1 for a value not in it."""
-    if text is not None and x.dtype == object:
-        return text.lookup(x, np.int64)
-    values, inverse = _distinct(x)
-    found = np.array([op.index.get(v, -1) for v in values], dtype=np.int64)
-    return found[inverse] if len(values) else np.empty(0, dtype=np.int64)
-
-
-def _distinct(x: np.ndarray) -> tuple[list[Any], np.ndarray]:
-    """Each distinct value once (text as str) and, per row, the index of its value."""
-    flat = x.reshape(-1)
-    if flat.dtype == object:
-        flat = np.array([_text(v) for v in flat], dtype=object) if flat.size else flat
-        values, inverse = np.unique(flat.astype(str), return_inverse=True)
-    else:
-        values, inverse = np.unique(flat, return_inverse=True)
-    return values.tolist(), inverse.reshape(-1)
-
-
 def _is_text(op: Any) -> bool:
     return isinstance(op.vocabulary[0], str)
 
 
 def _one_hot(op: Any, _: Any) -> Step:
-    text = _Codes(op.vocabulary, range(len(op.vocabulary)), -1) if _is_text(op) else None
+    text = Codes(op.vocabulary, range(len(op.vocabulary)), -1) if _is_text(op) else None
     width, column = len(op.vocabulary) + (op.unknown == "column"), op.unknown == "column"
 
     def work(x: np.ndarray) -> np.ndarray:
-        at = _positions(op, x, text)
+        at = positions(op, x, text)
         out = np.zeros((at.shape[0], width), dtype=np.float32)
         known = at >= 0
         out[np.flatnonzero(known), at[known]] = 1.0
@@ -329,26 +261,20 @@ def _one_hot(op: Any, _: Any) -> Step:
 
 
 def _ordinal(op: Any, _: Any) -> Step:
-    text = _Codes(op.vocabulary, map(float, range(len(op.vocabulary))), op.unknown) if _is_text(op) else None
+    text = Codes(op.vocabulary, map(float, range(len(op.vocabulary))), op.unknown) if _is_text(op) else None
 
     def work(x: np.ndarray) -> np.ndarray:
         if text is not None and x.dtype == object:  # each row's code, or `unknown`, straight into the answer
             return text.lookup(x, np.float32).reshape(-1, 1)
-        at = _positions(op, x, None)
+        at = positions(op, x, None)
         return np.where(at >= 0, at, op.unknown).astype(np.float32).reshape(-1, 1)
 
     return _one_in(op, work)
 
 
-def stable_bucket(value: Any, buckets: int) -> int:
-    """BLAKE2b of the value's text, as an unsigned 64-bit number, modulo `buckets`."""
-    digest = hashlib.blake2b(str(value).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") % buckets
-
-
 def _hash(op: Any, _: Any) -> Step:
     def work(x: np.ndarray) -> np.ndarray:
-        values, inverse = _distinct(x)
+        values, inverse = distinct(x)
         found = np.array([stable_bucket(v, op.buckets) for v in values], dtype=np.int64)
         return (found[inverse] if len(values) else np.empty(0, dtype=np.int64)).reshape(-1, 1)
 

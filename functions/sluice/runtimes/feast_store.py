@@ -16,6 +16,7 @@ time of its features (epoch seconds), which `max_age_s` and `event_time_output` 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -28,7 +29,7 @@ from sluice.domain.errors import BackendError, SluiceError, Unavailable
 from sluice.runtimes.feature_stores import Found, _Counted, aws_error
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from sluice.runtimes.feature_stores import Key
 
@@ -45,16 +46,24 @@ _PRESENT, _NOT_FOUND = 1, 3  # feast.serving.ServingService_pb2.FieldStatus (2: 
 
 def import_feast() -> Any:
     """The `feast` package, imported with the process's environment kept as it was."""
+    with prometheus_folders_kept():
+        import feast
+    return feast
+
+
+@contextlib.contextmanager
+def prometheus_folders_kept() -> Iterator[None]:
+    """Whatever runs inside (Feast's import, or code that imports it: MLflow's loaders) leaves
+    the process's Prometheus folder variables as they were."""
     before = {name: os.environ.get(name) for name in _FEAST_SETS}
     try:
-        import feast
+        yield
     finally:
         for name, value in before.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    return feast
 
 
 class FeastStore(_Counted):

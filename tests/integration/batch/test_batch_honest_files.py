@@ -201,10 +201,9 @@ def test_a_chunk_tried_again_leaves_only_that_trys_files(batch: Container, acme:
     assert _folder(job) == _listed(job) | {"_SUCCESS", "_manifest.json"}, _folder(job)
 
 
-@pytest.mark.parametrize("ended", ["cancelled", "failed"])
-def test_a_try_never_recorded_leaves_no_file_once_its_job_has_stopped(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ended: str) -> None:
-    """A chunk's files written, its recording refused, and the job stopped before the chunk was
-    tried again: the folder keeps only what the manifest lists (no part its chunks do not)."""
+def _second_chunk_written_not_recorded(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[BatchJob, list[Any]]:
+    """A job of two chunks: the first scored and recorded, the second's files written and its
+    record refused (the registry throttled); the job, and that record as it was to be made."""
     from sluice.domain.errors import Unavailable
 
     path = write_input(tmp_path / "in.parquet", iris_rows(1400), row_group_rows=700)
@@ -213,19 +212,29 @@ def test_a_try_never_recorded_leaves_no_file_once_its_job_has_stopped(batch: Con
     planned = runner.plan(acme.tenant, job.id)
     spec, chunks = JobSpec.from_dict(planned["job"]), runner.chunks(planned)
     assert runner.score(spec, chunks[0])["recorded"]
-    real = registry.record_chunk
+    held: list[Any] = []
 
     def throttled(tenant: str, job_id: str, result: Any) -> bool:
+        held.append((tenant, job_id, result))
         raise Unavailable("the registry is throttled")
 
-    monkeypatch.setattr(registry, "record_chunk", throttled)
-    with pytest.raises(Unavailable):
-        runner.score(spec, chunks[1])  # its files written, not recorded
-    monkeypatch.setattr(registry, "record_chunk", real)
+    with monkeypatch.context() as patched:
+        patched.setattr(registry, "record_chunk", throttled)
+        with pytest.raises(Unavailable):
+            runner.score(spec, chunks[1])
     assert "part-00001.parquet" in _folder(registry.get_job(acme.tenant, job.id))
+    return job, [spec, chunks[1], held[0]]
+
+
+@pytest.mark.parametrize("ended", ["cancelled", "failed"])
+def test_a_try_never_recorded_leaves_no_file_once_its_job_has_stopped(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ended: str) -> None:
+    """A chunk's files written, its recording refused, and the job stopped before the chunk was
+    tried again: the folder keeps only what the manifest lists (no part its chunks do not)."""
+    job, (spec, chunk, _) = _second_chunk_written_not_recorded(batch, acme, tmp_path, monkeypatch)
+    runner, registry = batch.batch_runner, batch.registry
     if ended == "cancelled":
         batch.batch.cancel(acme, job.id)
-        assert runner.score(spec, chunks[1])["skipped"] == "CANCELLED"  # the try again
+        assert runner.score(spec, chunk)["skipped"] == "CANCELLED"  # the try again
         runner.cancelled(acme.tenant, job.id)
     else:
         runner.mark_failed(acme.tenant, job.id, error="States.TaskFailed", cause="chunk 1 failed")
@@ -236,34 +245,18 @@ def test_a_try_never_recorded_leaves_no_file_once_its_job_has_stopped(batch: Con
 def test_a_chunk_whose_record_lands_as_its_job_is_marked_failed_is_refused_not_listed_without_its_part(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MarkFailed writes FAILED before it clears the folder: a chunk's record on its way then is
     refused (its job no longer runs), so no chunk is listed whose part the clearing took."""
-    from sluice.domain.errors import Unavailable
-
-    path = write_input(tmp_path / "in.parquet", iris_rows(1400), row_group_rows=700)
-    job = batch.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+    job, (_, _, record) = _second_chunk_written_not_recorded(batch, acme, tmp_path, monkeypatch)
     runner, registry = batch.batch_runner, batch.registry
-    planned = runner.plan(acme.tenant, job.id)
-    spec, chunks = JobSpec.from_dict(planned["job"]), runner.chunks(planned)
-    assert runner.score(spec, chunks[0])["recorded"]
-    real, held = registry.record_chunk, []
-
-    def on_its_way(tenant: str, job_id: str, result: Any) -> bool:
-        held.append((tenant, job_id, result))
-        raise Unavailable("held")
-
-    monkeypatch.setattr(registry, "record_chunk", on_its_way)
-    with pytest.raises(Unavailable):
-        runner.score(spec, chunks[1])
-    monkeypatch.setattr(registry, "record_chunk", real)
     clearing = runner._unfinished
 
     def then_the_record_lands(*args: Any, **kwargs: Any) -> None:
         clearing(*args, **kwargs)
-        real(*held[0])
+        registry.record_chunk(*record)
 
     monkeypatch.setattr(runner, "_unfinished", then_the_record_lands)
     runner.mark_failed(acme.tenant, job.id, error="States.TaskFailed", cause="chunk 2 failed")
-    for chunk in registry.list_chunks(acme.tenant, job.id):
-        assert chunk.part is None or local_path(chunk.part).exists(), f"chunk {chunk.index} listed, its part gone"
+    for listed in registry.list_chunks(acme.tenant, job.id):
+        assert listed.part is None or local_path(listed.part).exists(), f"chunk {listed.index} listed, its part gone"
     assert registry.get_job(acme.tenant, job.id).status == "FAILED"
 
 
