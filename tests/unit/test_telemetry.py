@@ -156,6 +156,41 @@ def test_the_prediction_line_goes_straight_to_powertools_handler(monkeypatch: py
     assert list(fast.items()) == list(standard.items())
 
 
+def test_the_straight_lines_location_is_each_call_sites_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The line written without a record names its call site's function and line, as
+    powertools' does, for every call site of a function and every call (the line worked out
+    once per site is kept with its code)."""
+    import inspect
+    import io
+    import logging
+
+    from sluice.observability.formatter import log_info as _log_info
+
+    logger = get_logger()
+    handler = logger.registered_handler
+    monkeypatch.setattr(logging.root, "handlers", [])
+    stream, handler.stream = handler.stream, io.StringIO()
+
+    def sites() -> list[int]:
+        here: list[int] = []
+        for _ in range(3):
+            _log_info(logger, "one", {"n": 1}); here.append(inspect.currentframe().f_lineno)  # type: ignore[union-attr]  # noqa: E702
+            _log_info(logger, "two", {"n": 2}); here.append(inspect.currentframe().f_lineno)  # type: ignore[union-attr]  # noqa: E702
+        return here
+
+    try:
+        lines = sites()
+        again = {}
+        exec(compile("def sites2(log, logger):\n    log(logger, 'three', {})\n\n\n    log(logger, 'four', {})\n", "made.py", "exec"), again)
+        for _ in range(2):
+            again["sites2"](_log_info, logger)
+        written = [json.loads(line)["location"] for line in handler.stream.getvalue().splitlines()]
+    finally:
+        handler.stream = stream
+    assert written == [f"sites:{n}" for n in lines] + ["sites2:2", "sites2:5"] * 2
+    assert len(set(lines)) == 2
+
+
 def test_each_invocations_lines_carry_its_own_request_and_trace_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     """Lambda sets the trace id before each invocation; a line written in it names that trace
     and that invocation's request, however many lines the invocation writes; a line outside an

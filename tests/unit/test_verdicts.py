@@ -7,9 +7,17 @@ from hypothesis import strategies as st
 
 from sluice.domain.results import InferenceResult
 from sluice.inference.compare import compare
-from sluice.stats.histogram import PREFIX, bucket, percentile
+from sluice.stats.histogram import PREFIX, bucket, bucket_name, percentile
 from sluice.stats.verdicts import MAXIMA, comparison, mean_interval, merged, traffic, wilson
 from tests.unit.test_aggregators import CLF, REG
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.floats(min_value=0.0, max_value=1e300) | st.floats(min_value=0.0, max_value=0.02) | st.sampled_from([0.0, 0.01, 0.0100000001, 1.05, 1e-300]))
+def test_a_latencys_counter_is_its_buckets_however_it_is_worked_out(latency_ms: float) -> None:
+    """`bucket_name` works the bucket out itself (a call less per sample): the same counter
+    `bucket` names, from no time at all to beyond any clock."""
+    assert bucket_name(latency_ms) == f"{PREFIX}{bucket(latency_ms)}"
 
 
 def test_histogram_percentiles_are_within_a_few_percent() -> None:

@@ -265,8 +265,10 @@ class Edge:
             scope[DEPLOYMENT] = getattr(parsed, "deployment", None)
             # Whether the JSON holds a true or false anywhere: where not, decoding need not
             # look at every value for one (JSON booleans are not numbers).
-            text = raw if type(raw) is bytes else bytes(raw or b"")  # `in` on a memoryview compares single bytes
-            scope[JSON_BOOLS] = b"true" in text or b"false" in text
+            # `find`, not `in`: on a memoryview `in` compares single bytes, and on bytes it first
+            # reads its operand as an integer (a TypeError made, formatted and dropped each time).
+            text = raw if type(raw) is bytes else bytes(raw or b"")
+            scope[JSON_BOOLS] = text.find(b"true") >= 0 or text.find(b"false") >= 0
             response = await route.handler(container, principal, parsed, scope, headers, **path)
             if accepts_gzip(scope):
                 await gzip_whole(response)

@@ -24,6 +24,7 @@ from sluice.inference.precomputed import run_precomputed
 from sluice.inference.sequences import DEADLINE_SLACK_S, run_sequence
 from sluice.inference.shadow_jobs import ShadowJob
 from sluice.inline import in_task, resumed, timeout
+from sluice.millis import ms3
 from sluice.routing.aggregators import Answer as MemberAnswer
 from sluice.routing.aggregators import aggregate
 from sluice.routing.choose import bandit_pick, sampled, sticky_pick, weighted_pick
@@ -331,7 +332,7 @@ def _member_report(name: str, answer: Answer | None, error: SluiceError | None, 
     return {
         "name": name,
         "ok": answer is not None,
-        "latency_ms": round(ms, 3),
+        "latency_ms": ms3(ms),
         **({"model": answer.version.model, "version": answer.version.version} if answer else {}),
         **({"error": error.code} if error else {} if answer else {"error": CANCELLED}),
     }

@@ -39,6 +39,7 @@ from sluice.inference.outcomes import Outcomes, mark
 from sluice.inference.parsed import ParsedPolicies
 from sluice.inference.prediction_cache import answer_key, route_of
 from sluice.inline import timeout
+from sluice.millis import ms3
 from sluice.observability import get_logger
 from sluice.settings import in_lambda
 from sluice.stats.recorder import StatsRecorder
@@ -174,7 +175,7 @@ class PredictionService:
         finally:
             if call.chosen:  # answered, failed or queued alike: feedback may reward a failure
                 await self._assign(call)
-        latency_ms = round((time.perf_counter() - started) * 1000, 3)
+        latency_ms = ms3((time.perf_counter() - started) * 1000)
         rows = rows_of(arrays)
         self.stats.request(stat_key, latency_ms, ok=True, rows=rows, steps=call.samples)  # a sequence's steps' too: one lock
         if self.profiles is not None:  # held as they are; folded into sketches off the request
@@ -228,7 +229,7 @@ class PredictionService:
         """A kept answer: no inference, no shadow jobs, no statistics sample or profile (those
         count live computations only); telemetry counts the request and the hit, and the answer
         is kept for its ground truth."""
-        latency_ms = round((time.perf_counter() - started) * 1000, 3)
+        latency_ms = ms3((time.perf_counter() - started) * 1000)
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant

@@ -30,6 +30,7 @@ from sluice.domain.results import Answer, InferenceResult
 from sluice.domain.signature import Signature
 from sluice.domain.transform_specs import derive
 from sluice.inference.graphs import input_signature
+from sluice.millis import ms3
 from sluice.routing.transforms import plan_of
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
             elif kind == "transform":
                 given_signature, given, finite = _transform(step, given_signature, given, call)
                 ms = (clock() - started) * 1000
-                report.append({"name": step.name, "kind": "transform", "latency_ms": round(ms, 3)})
+                report.append({"name": step.name, "kind": "transform", "latency_ms": ms3(ms)})
                 if answer is not None:
                     _reshape(answer, given_signature, given)
             elif kind == "lookup":
@@ -159,7 +160,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                     raise _named(exc, step.name, report) from None
                 finite = frozenset()  # the tenant's code may answer NaN under a name a transform made finite
                 ms = (clock() - started) * 1000
-                report.append({"name": step.name, "kind": "function", "latency_ms": round(ms, 3)})
+                report.append({"name": step.name, "kind": "function", "latency_ms": ms3(ms)})
                 if answer is not None:
                     _reshape(answer, given_signature, given)
             samples.append((step.stat_key, ms))
@@ -302,7 +303,7 @@ def _named(exc: SluiceError, step: str, report: list[dict[str, Any]]) -> SluiceE
 
 
 def _step_report(step: _Step, answer: Answer, ms: float) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": step.name, "model": answer.version.model, "version": answer.version.version, "latency_ms": round(ms, 3)}
+    entry: dict[str, Any] = {"name": step.name, "model": answer.version.model, "version": answer.version.version, "latency_ms": ms3(ms)}
     if not step.single:  # a split, an ensemble, a switch or a sequence inside says more
         for key in _REPORTED:
             value = getattr(answer, key)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from sluice.millis import ms3
 from sluice.observability import get_logger
 from sluice.observability.formatter import log_info
 
@@ -30,7 +31,7 @@ class Looked(NamedTuple):
 
     def report(self, step: str, ms: float) -> dict[str, Any]:
         """The step's line in the answer's `steps`."""
-        out = {"name": step, "kind": "lookup", "latency_ms": round(ms, 3), "store_calls": self.store_calls}
+        out = {"name": step, "kind": "lookup", "latency_ms": ms3(ms), "store_calls": self.store_calls}
         return out if self.cache_hits is None else out | {"cache_hits": self.cache_hits, "cache_misses": self.cache_misses}
 
 

@@ -12,6 +12,7 @@ PREFIX = "lat_"
 
 
 _LOG_GROWTH = math.log(GROWTH)
+_log = math.log
 
 
 def bucket(latency_ms: float) -> int:
@@ -24,9 +25,12 @@ _NAMES = tuple(f"{PREFIX}{i}" for i in range(512))  # latencies up to days: made
 
 
 def bucket_name(latency_ms: float) -> str:
-    """The counter a latency adds to (`lat_<bucket>`)."""
-    index = bucket(latency_ms)
-    return _NAMES[index] if index < len(_NAMES) else f"{PREFIX}{index}"
+    """The counter a latency adds to (`lat_<bucket>`): `bucket`'s, worked out here (a call
+    less for each of a request's samples)."""
+    if latency_ms <= FLOOR_MS:
+        return _NAMES[0]
+    index = 1 + int(_log(latency_ms / FLOOR_MS) / _LOG_GROWTH)
+    return _NAMES[index] if index < 512 else f"{PREFIX}{index}"
 
 
 def bucket_value(index: int) -> float:
