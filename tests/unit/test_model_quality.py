@@ -83,6 +83,27 @@ def test_every_label_a_post_accepts_leaves_a_regressors_errors_numbers(pairs: li
     assert all(math.isfinite(got[k]) for k in ("mae", "rmse", "bias")), got
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(-1e6, 1e6), st.one_of(st.none(), st.floats(width=32))), min_size=1, max_size=50))
+def test_a_prediction_that_is_no_finite_number_is_in_no_figure(pairs: list[tuple[float, float | None]]) -> None:
+    """A regressor's NaN or infinity (kept as null, or as NaN by an older record) is not
+    counted: the window's figures are those of the other rows alone, never NaN."""
+    every, comparable = Outcomes(VALUE), Outcomes(VALUE)
+    for actual, said in pairs:
+        counted = every.add_value(actual, said)
+        assert counted == (said is not None and math.isfinite(said))
+        if counted:
+            comparable.add_value(actual, said)  # type: ignore[arg-type]
+    assert every.metrics() == comparable.metrics()
+    assert all(math.isfinite(v) for v in every.metrics().values())
+
+
+def test_a_regressors_answer_of_nan_or_infinity_is_kept_as_null() -> None:
+    value = Signature(inputs=(), outputs=(TensorSpec("y", "FP32", (-1,)),))
+    answer = InferenceResult({"y": np.array([1.5, np.nan, np.inf, -np.inf], np.float32)})
+    assert predicted(value, answer) == {"kind": VALUE, "predicted": [1.5, None, None, None]}
+
+
 def test_a_multi_class_auc_in_three_posts_is_scikit_learns_one_against_the_rest_macro(metrics: ModuleType) -> None:
     classes = ["setosa", "versicolor", "virginica"]
     rng = np.random.default_rng(5)

@@ -43,8 +43,8 @@ def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] |
     label or a number per row) and, for a two-class model, `scores` (the probability of
     `positive`, its second class, per row); for three to `MAX_OVR_CLASSES` classes,
     `class_scores` (each row's probabilities, for requests of at most `MAX_OVR_VALUES`) and
-    `classes`. None for answers that are
-    neither (several values, vectors): their quality is not measured."""
+    `classes`. A regressor's value that is not a finite number is null. None for answers that
+    are neither (several values, vectors): their quality is not measured."""
     import numpy as np
     outputs = result.outputs
     label_spec, probs_spec = signature.output_with_role("label"), signature.output_with_role("probabilities")
@@ -77,7 +77,15 @@ def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] |
     value = outputs[named[0]]
     if value.dtype.kind not in "fiub" or value.size != len(value):
         return None
-    return {"kind": VALUE, "predicted": value.reshape(-1).astype(np.float64).tolist()}
+    # A NaN or an infinity (a model's overflow) is kept as null: no error can be measured from it.
+    said = value.reshape(-1).astype(np.float64)
+    return {"kind": VALUE, "predicted": [v if math.isfinite(v) else None for v in said.tolist()]}
+
+
+def finite(value: Any) -> bool:
+    """A number a regressor's error can be measured from: not null (how `predicted` keeps a NaN
+    or an infinity), NaN or an infinity (kept so before it did)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _word(value: Any) -> str:
@@ -117,12 +125,18 @@ class Outcomes:
             b = _bin(p)
             side[b] = side.get(b, 0) + 1
 
-    def add_value(self, actual: float, said: float) -> None:
+    def add_value(self, actual: float, said: float | None) -> bool:
+        """One labelled row, counted where both are finite numbers (True); a prediction of NaN
+        or an infinity has no error to measure, and counted once it would make the window's
+        sums, and so its MAE, RMSE and bias, NaN for good."""
+        if not (finite(actual) and finite(said)):
+            return False
         self.rows += 1
         diff = said - actual
         self.abs_error += abs(diff)
         self.sq_error += diff * diff
         self.error += diff
+        return True
 
     def merge(self, other: Outcomes) -> None:
         self.rows += other.rows
