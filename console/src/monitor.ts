@@ -8,7 +8,7 @@ export interface ColumnCheck {
   kind: "number" | "category";
   role: "input" | "output";
   rows: number;
-  verdict: string; // ok, too_few_rows, missing, unseen_categories, out_of_range, drift, absent
+  verdict: string; // ok, too_few_rows, missing, unseen_categories, out_of_range, drift, absent, type_changed
   drift: number | null; // the population stability index
   psi?: number;
   js?: number;
@@ -60,7 +60,7 @@ export interface FeatureSeries {
   latest: ColumnCheck; // in the newest window
 }
 
-export const ALERTS = new Set(["missing", "unseen_categories", "out_of_range", "drift", "absent"]);
+export const ALERTS = new Set(["missing", "unseen_categories", "out_of_range", "drift", "absent", "type_changed"]);
 
 /** Every column of the baseline with its drift per window, alerting columns first (the largest
  * drift first, as the API's `worst`), then the others by their latest drift; no figure last. */

@@ -231,7 +231,7 @@ class _Monitoring:
         )  # fmt: skip
         alerts = GaugeMetricFamily(
             "ml_inference_monitor_alerts", "Columns whose verdict in the deployment's latest monitoring window is not ok "
-            "(drift, missing, out_of_range, unseen_categories, absent)", labels=("tenant", "deployment"),
+            "(drift, missing, out_of_range, unseen_categories, absent, type_changed)", labels=("tenant", "deployment"),
         )  # fmt: skip
         quality = GaugeMetricFamily(
             "ml_inference_model_quality", "The model's quality from labels posted for its predictions in the deployment's "

@@ -50,7 +50,7 @@ def test_late_labels_land_in_their_predictions_window_and_a_label_flip_drops_acc
     late = predicted(client, key, iris_rows(100, 2), "late")
     r = client.post(f"{BASE}/labels", json={"labels": labels("late", late, flip_every=2)}, headers=auth(keys["acme_predict"]))
     assert r.status_code == 200, r.text
-    assert r.json() | {"windows": None} == {"deployment": "iris", "received": 100, "matched": 100, "unmatched": 0, "duplicate": 0, "windows": None}
+    assert r.json() | {"windows": None} == {"deployment": "iris", "received": 100, "matched": 100, "unmatched": 0, "duplicate": 0, "not_comparable": 0, "windows": None}
     # The early window's labels come last, with an unknown id, a row past the request's, and one given twice.
     body = [*labels("early", early), {"request_id": "nobody", "label": "setosa"}, {"request_id": "early", "row": 100, "label": "setosa"}]
     got = client.post(f"{BASE}/labels", json={"labels": [*body, body[0]]}, headers=auth(key)).json()
@@ -183,6 +183,32 @@ def test_a_regressors_label_too_large_to_measure_is_refused_and_the_window_keeps
     assert got.json()["matched"] == 3, got.text  # the refused posts counted nothing
     (window,) = client.get(f"{url}/monitor", headers=auth(key)).json()["quality"]
     assert window["rows"] == 3 and window["rmse"] == pytest.approx(1e100 * (2 / 3) ** 0.5)
+
+
+def test_a_regressors_answer_of_nan_is_matched_but_leaves_its_windows_errors_numbers(client: TestClient, keys: dict[str, str]) -> None:
+    """diabetes answers NaN for finite float32 inputs near their maximum: its label is matched
+    and said `not_comparable`, and the window's MAE, RMSE and bias are those of the other rows."""
+    import math
+
+    import numpy as np
+
+    h = auth(keys["acme"])
+    url = "/api/v1/deployments/diabetes"
+    rng = np.random.default_rng(0)
+    client.put(f"{url}/baseline", json={"inputs": rng.normal(size=(600, 10)).round(3).tolist()}, headers=h).raise_for_status()
+    for i in range(20):
+        r = client.post("/api/v1/predictions", json={"deployment": "diabetes", "inputs": rng.normal(size=(1, 10)).tolist(), "request_id": f"ok-{i}"}, headers=h)
+        assert r.status_code == 200, r.text
+    r = client.post("/api/v1/predictions", json={"deployment": "diabetes", "inputs": [[3e38] * 10], "request_id": "big"}, headers=h)
+    assert r.status_code == 200, r.text
+    posted = [{"request_id": f"ok-{i}", "label": 100.0} for i in range(20)] + [{"request_id": "big", "label": 100.0}]
+    r = client.post(f"{url}/labels", json={"labels": posted}, headers=h)
+    assert r.status_code == 200, r.text
+    assert (r.json()["matched"], r.json()["not_comparable"], r.json()["windows"][0]["rows"]) == (21, 1, 20), r.json()
+    (window,) = client.get(f"{url}/monitor", headers=h).json()["quality"]
+    assert window["rows"] == 20 and all(isinstance(window[k], float) and math.isfinite(window[k]) for k in ("mae", "rmse", "bias")), window
+    again = client.post(f"{url}/labels", json={"labels": posted[-1:]}, headers=h).json()
+    assert (again["duplicate"], again["not_comparable"]) == (1, 0)  # counted once, as any row
 
 
 def test_an_empty_label_is_the_class_a_model_names_so_and_no_regressors_label(client: TestClient, keys: dict[str, str], demo: Container) -> None:
@@ -402,3 +428,25 @@ def test_a_label_file_with_no_label_left_to_post_is_an_error_naming_why(
         code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(data), *extra)
         assert code == 2 and "[file]" in err and "labels.jsonl holds no " in err and reason in err, (out, err)
         assert "0 labels" not in out
+
+
+def test_a_label_file_refused_for_a_bad_label_in_a_later_part_counts_nothing(cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI posts a file in parts of 10,000 labels; a label its prediction cannot be compared
+    with (a word for a regressor) past the first part refuses the file, naming its row, before
+    any part is counted: the file, mended, is then posted whole."""
+    from sluice.cli import pieces
+    from tests.conftest import MODELS
+
+    assert run_cli(capsys, "models", "push", "diabetes", str(MODELS / "diabetes_mlp.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "diabetes", "--model", "diabetes")[0] == 0
+    _kept("diabetes", "value", 100.0, ["good", "bad"])
+    data = tmp_path / "labels.csv"
+    filler = "".join(f"nobody-{i},1.0\n" for i in range(10_000))  # unmatched: never compared
+    data.write_text("request_id,label\ngood,150\n" + filler + "bad,not-a-number\n")
+    code, _, err = run_cli(capsys, "monitor", "labels", "diabetes", "--file", str(data))
+    assert code != 0 and "file row 10001" in err, err
+    registry = pieces.monitor().registry
+    assert registry.read_outcomes("default", "diabetes", 1) == []
+    data.write_text("request_id,label\ngood,150\n" + filler + "bad,120\n")
+    code, out, _ = run_cli(capsys, "monitor", "labels", "diabetes", "--file", str(data))
+    assert code == 0 and "10002 labels for diabetes: 2 matched, 10000 unmatched, 0 duplicate" in out, out

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from sluice.metrics import PrometheusMetrics
+from sluice.monitor.checks import GONE_DRIFT
 from tests.integration.conftest import auth, run_cli
 
 if TYPE_CHECKING:
@@ -190,3 +191,44 @@ def test_a_label_for_a_request_of_a_deleted_deployment_matches_nothing_of_the_on
     assert client.post("/api/v1/deployments", json={"name": "iris", "model": "iris"}, headers=headers).status_code == 201
     r = client.post(BASE + "/labels", json={"labels": [{"request_id": "old-1", "label": "setosa"}]}, headers=headers)
     assert r.status_code == 200 and (r.json()["matched"], r.json()["unmatched"]) == (0, 1), r.text
+
+
+def _identity(elem: int) -> bytes:
+    """`x` [-1] in, `y` [-1] out, of ONNX element type `elem` (FLOAT or STRING)."""
+    from onnx import helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])], "identity",
+        [helper.make_tensor_value_info("x", elem, [None])], [helper.make_tensor_value_info("y", elem, [None])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_a_column_whose_values_changed_kind_since_the_baseline_alerts_everywhere_it_is_read(
+    client: TestClient, keys: dict[str, str], demo: Container, acme: Principal
+) -> None:
+    """A baseline of numbers, then a version that reads and answers text: the status, the
+    gauges, the scheduled check and the drift gate each say the columns changed kind."""
+    from onnx import TensorProto
+
+    demo.models.push(acme, "ident", _identity(TensorProto.FLOAT))  # version 1: numbers
+    demo.models.push(acme, "ident", _identity(TensorProto.STRING))  # version 2: text
+    h = auth(keys["acme"])
+    client.post("/api/v1/deployments", json={"name": "ident", "model": "ident", "version": 1}, headers=h).raise_for_status()
+    client.put("/api/v1/deployments/ident/baseline", json={"inputs": np.arange(600, dtype=float).tolist()}, headers=h).raise_for_status()
+    client.put("/api/v1/deployments/ident", json={"model": "ident", "version": 2}, headers=h).raise_for_status()
+    r = client.post("/api/v1/predictions", json={"deployment": "ident", "inputs": ["a", "b"] * 300}, headers=h)
+    assert r.status_code == 200, r.text
+    r = client.get("/api/v1/deployments/ident/monitor", headers=h)
+    assert r.status_code == 200, r.text
+    (window,) = r.json()["windows"]
+    assert window["verdict"] == "alert" and set(window["worst"]) == {"x", "y"}, window
+    assert {c["verdict"] for c in window["columns"].values()} == {"type_changed"}
+    demo.telemetry.sink = PrometheusMetrics()  # type: ignore[union-attr]
+    scraped = client.get("/metrics", headers=h)
+    assert scraped.status_code == 200 and 'ml_inference_monitor_alerts{deployment="ident",tenant="acme"} 2.0' in scraped.text
+    closed = demo.monitor.closed("acme", "ident", at=window["window_end"] + 1)
+    assert closed is not None and closed["check"]["verdict"] == "alert"
+    assert demo.monitor.drift("acme", "ident", 2, "") == GONE_DRIFT  # the rollout gate: the most drift there is

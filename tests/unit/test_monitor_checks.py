@@ -10,7 +10,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from sluice.domain.rollouts import parse_gates
-from sluice.monitor.checks import GONE_DRIFT, Thresholds, check, gate_drift
+from sluice.monitor.checks import GONE_DRIFT, Thresholds, check, check_column, gate_drift
 from sluice.monitor.sketches import Profile
 
 LIMITS = Thresholds()
@@ -66,6 +66,24 @@ def test_the_drift_gate_fails_a_column_the_traffic_no_longer_holds(baseline: tup
     column = "city" if gone == "absent" else "x[1]"
     assert found["columns"][column]["verdict"] == ("absent" if gone == "absent" else "missing") and found["verdict"] == "alert"
     assert found["drift"] < 0.2 and gate_drift(found) == GONE_DRIFT and not gate.passes(gate_drift(found))
+
+
+@pytest.mark.parametrize("rows_now", [1000, 10])
+def test_a_column_whose_values_changed_kind_alerts_and_fails_the_drift_gate(baseline: tuple[Profile, dict[str, np.ndarray]], rows_now: int) -> None:
+    """A new model version that reads text where the baseline had numbers (or the other way)
+    leaves nothing to compare: the column says so at once, however few rows, and the gate
+    reads it as the most drift there is, as it does a column gone from the traffic."""
+    window = rows(np.random.default_rng(2), rows_now)
+    window["x"] = window["x"].round(1).astype(str).astype(object)  # numbers then, text now
+    window["city"] = np.arange(rows_now, dtype=np.float64)  # text then, numbers now
+    found = check(baseline[0], profile_of(window), LIMITS)
+    assert found["verdict"] == "alert"
+    for column, then, now in (("x[0]", "number", "category"), ("x[2]", "number", "category"), ("city", "category", "number")):
+        said = found["columns"][column]
+        assert (said["verdict"], said["drift"], said["kind"], said["window_kind"], said["rows"]) == ("type_changed", None, then, now, rows_now)
+    (gate,) = parse_gates("drift<=0.2")
+    assert gate_drift(found) == GONE_DRIFT and not gate.passes(gate_drift(found))
+    assert check_column(baseline[0].columns["city"], profile_of(window).columns["city"], LIMITS)["verdict"] == "type_changed"
 
 
 def test_the_training_distribution_raises_no_alarm_in_100_windows(baseline: tuple[Profile, dict[str, np.ndarray]]) -> None:

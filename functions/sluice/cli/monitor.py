@@ -140,8 +140,9 @@ def cmd_monitor_history(args: argparse.Namespace) -> int:
 def cmd_monitor_labels(args: argparse.Namespace) -> int:
     """Every row of the file is accounted for: posted (then matched, unmatched or duplicate),
     skipped with why (a missing request id or label, a row that does not parse), or not read
-    past `--limit`. Skipped rows are said, not failed on (exit 0), as a batch job counts the
-    rows it refused; a file with no label left to post is an error (exit 2), naming why."""
+    past `--limit`. A label its prediction cannot be compared with refuses the whole file,
+    naming its row, before any part of it is posted. Skipped rows are said, not failed on
+    (exit 0), as a batch job counts the rows it refused; a file with no label left to post is an error (exit 2), naming why."""
     from pathlib import Path
 
     from sluice.batch.sample import as_stored, read_file
@@ -165,14 +166,21 @@ def cmd_monitor_labels(args: argparse.Namespace) -> int:
         rows.append(row)
     if not labels:
         raise read.none_left(Path(args.file).name, what="no label to post", field="file")
-    total = {"received": 0, "matched": 0, "unmatched": 0, "duplicate": 0}
-    for start in range(0, len(labels), MAX_LABELS):
+    parts = range(0, len(labels), MAX_LABELS)
+    # Every part is checked before the first is posted: a label refused in a late part would
+    # otherwise leave the earlier parts counted, and the file could not simply be posted again.
+    for start in parts:
+        monitor.check_labels(principal, args.name, labels[start : start + MAX_LABELS], named=lambda i, at=start: f"file row {rows[at + i]}")
+    total = {"received": 0, "matched": 0, "unmatched": 0, "duplicate": 0, "not_comparable": 0}
+    for start in parts:
         out = monitor.add_labels(principal, args.name, labels[start : start + MAX_LABELS], named=lambda i, at=start: f"file row {rows[at + i]}")
         total = {k: total[k] + out[k] for k in total}
     if args.json:
         print_json({"deployment": args.name, **total, "rows": read.summary()})
         return 0
     print(f"{total['received']} labels for {args.name}: {total['matched']} matched, {total['unmatched']} unmatched, {total['duplicate']} duplicate")
+    if total["not_comparable"]:
+        print(f"  not comparable: {total['not_comparable']} matched predictions were not a finite number (in no figure)")
     _print_unused(read, args.limit)
     return 0
 

@@ -17,7 +17,10 @@ Quality: `missing_change` (the window's missing rate less the baseline's), `out_
 (numbers: the share of the window's values below the baseline's minimum or above its maximum),
 `unseen` (categories: the share of the window's values the baseline certainly never had).
 
-A column with fewer than `min_rows` values in the window gets no verdict (`too_few_rows`).
+A column with fewer than `min_rows` values in the window gets no verdict (`too_few_rows`). A
+column whose values changed kind since the baseline (numbers then, text now, or the other way:
+a new model version reads another type) has no distribution to compare with the baseline's: its
+verdict is `type_changed`, read at once, and the rollout gate reads it as the most drift there is.
 """
 
 from __future__ import annotations
@@ -138,6 +141,9 @@ def check_column(base: Column, window: Column, limits: Thresholds) -> dict[str, 
     if window.seen == 0 or base.seen == 0:
         out.update(drift=None, verdict=_missing_verdict(out, limits) or ("too_few_rows" if window.count < limits.min_rows else "ok"))
         return out
+    if window.kind != base.kind:  # a KLL sketch and a frequent-items one have no figure in common
+        out.update(drift=None, window_kind=window.kind, verdict="type_changed")
+        return out
     if base.kind == NUMBER:
         p, q = number_bins(base.sketch, window.sketch)
         below = window.sketch.get_rank(base.sketch.get_min_value(), False)
@@ -174,17 +180,19 @@ def _verdict(out: dict[str, Any], limits: Thresholds, rows: int) -> str:
     return "ok"
 
 
-# The drift of a column the traffic has no value of (gone from it, or missing on every row):
-# the population stability index of ten equal bins against none, at its floors (about 6.9),
-# the most it reads.
+# The drift of a column the traffic has no value of (gone from it, or missing on every row, or
+# of another kind than the baseline's): the population stability index of ten equal bins
+# against none, at its floors (about 6.9), the most it reads.
 GONE_DRIFT = round(10 * (0.1 - FLOOR) * math.log(0.1 / FLOOR), 6)
+GONE = ("absent", "missing", "type_changed")  # the verdicts of a column with no value to compare
 
 
 def gate_drift(found: dict[str, Any]) -> float | None:
     """The rollout gate `drift` of a check: its worst column's drift, or `GONE_DRIFT` where a
     column the baseline has holds no value in the traffic (its verdict `absent` or `missing`,
-    no drift of its own): the gate fails on it, where the other columns alone would pass it."""
-    if any(c["drift"] is None and c["verdict"] in ("absent", "missing") for c in found["columns"].values()):
+    no drift of its own) or none of the baseline's kind (`type_changed`): the gate fails on it,
+    where the other columns alone would pass it."""
+    if any(c["drift"] is None and c["verdict"] in GONE for c in found["columns"].values()):
         return GONE_DRIFT
     drift: float | None = found["drift"]
     return drift

@@ -1,6 +1,7 @@
 """Model quality from ground truth: what a prediction said, kept by request id
 (`predicted`), and, once its label arrives, the pair folded into mergeable counts per variant
-(`Outcomes`): a confusion table for classifiers (with, for two classes, how the positive
+(`Outcomes`): a confusion table for classifiers (as the pairs counted, at most
+`MAX_CLASSES` classes named; with, for two classes, how the positive
 class's scores fall for each true class; for three to `MAX_OVR_CLASSES` (8), how each class's
 scores fall for the rows of that class and of the others), error sums for regressors. Counts
 written by any number of label posts merge into the same figures (`metrics`) as the pairs all
@@ -32,7 +33,10 @@ if TYPE_CHECKING:
 
 CLASS, VALUE = "class", "value"
 SCORE_BINS = 1000
-MAX_CLASSES = 256  # a confusion table wider than this is not kept (label ids, not classes)
+# The classes a window's counts name, at most (and its positive class besides); see `_bound`.
+# Labels are anyone's text: unbounded, one post's 10,000 distinct ones would each be kept, and
+# read back with every read of the window.
+MAX_CLASSES = 256
 MAX_OVR_CLASSES = 8  # each class's scores are kept (a multi-class AUC) up to this many classes: a label post's bins stay well inside a DynamoDB item
 MAX_OVR_VALUES = 4096  # and for requests of at most this many scores (rows x classes): a kept record stays small
 MAX_LABEL = 1e100  # a regressor's label beyond this is refused: its squared error would overflow the window's sums
@@ -43,8 +47,8 @@ def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] |
     label or a number per row) and, for a two-class model, `scores` (the probability of
     `positive`, its second class, per row); for three to `MAX_OVR_CLASSES` classes,
     `class_scores` (each row's probabilities, for requests of at most `MAX_OVR_VALUES`) and
-    `classes`. None for answers that are
-    neither (several values, vectors): their quality is not measured."""
+    `classes`. A regressor's value that is not a finite number is null. None for answers that
+    are neither (several values, vectors): their quality is not measured."""
     import numpy as np
     outputs = result.outputs
     label_spec, probs_spec = signature.output_with_role("label"), signature.output_with_role("probabilities")
@@ -77,7 +81,15 @@ def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] |
     value = outputs[named[0]]
     if value.dtype.kind not in "fiub" or value.size != len(value):
         return None
-    return {"kind": VALUE, "predicted": value.reshape(-1).astype(np.float64).tolist()}
+    # A NaN or an infinity (a model's overflow) is kept as null: no error can be measured from it.
+    said = value.reshape(-1).astype(np.float64)
+    return {"kind": VALUE, "predicted": [v if math.isfinite(v) else None for v in said.tolist()]}
+
+
+def finite(value: Any) -> bool:
+    """A number a regressor's error can be measured from: not null (how `predicted` keeps a NaN
+    or an infinity), NaN or an infinity (kept so before it did)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _word(value: Any) -> str:
@@ -92,7 +104,9 @@ class Outcomes:
 
     kind: str
     rows: int = 0
-    pairs: dict[tuple[str, str], int] = field(default_factory=dict)  # (actual, predicted): n
+    # (actual, predicted): n; None for a class past MAX_CLASSES (see `_bound`)
+    pairs: dict[tuple[str | None, str | None], int] = field(default_factory=dict)
+    hits: int = 0  # rows whose prediction was their label: exact, whatever was folded into "other"
     positive: str | None = None
     scores: dict[str, dict[int, int]] = field(default_factory=dict)  # "pos"/"neg": {bin: n}
     ovr: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)  # class: "pos"/"neg": {bin: n}
@@ -100,13 +114,36 @@ class Outcomes:
     sq_error: float = 0.0
     error: float = 0.0  # signed: predicted - actual
 
+    def _bound(self) -> None:
+        """At most `MAX_CLASSES` classes named in the pairs, and the positive class: past them,
+        those named are the `MAX_CLASSES` whose names hash lowest, and every other class,
+        labelled or predicted, is one "other" (None). The hash, not the order they came in,
+        picks them: a class named in the window is named in each post it came in too, so its
+        hits, predictions and labels stay exact however the posts merge, and the classes named
+        are a sample of them all, unbiased by when they came. "Other" is in `rows` and accuracy
+        (`hits` is counted apart), never in a class's figure."""
+        names = {c for pair in self.pairs for c in pair if c is not None}
+        if self.positive is not None:
+            names.discard(self.positive)
+        if len(names) <= MAX_CLASSES:
+            return
+        kept = set(sorted(names, key=_rank)[:MAX_CLASSES])
+        if self.positive is not None:
+            kept.add(self.positive)
+        folded: dict[tuple[str | None, str | None], int] = {}
+        for (a, p), n in self.pairs.items():
+            pair = (a if a in kept else None, p if p in kept else None)
+            folded[pair] = folded.get(pair, 0) + n
+        self.pairs = folded
+
     def add_class(
         self, actual: str, said: str, score: float | None = None, positive: str | None = None, class_scores: dict[str, float] | None = None
     ) -> None:
         """One labelled row; `score` of the `positive` class (two classes), or `class_scores`
         (each class's probability, more classes)."""
         self.rows += 1
-        self.pairs[(actual, said)] = self.pairs.get((actual, said), 0) + 1
+        self.hits += actual == said
+        self.pairs[(actual, said)] = self.pairs.get((actual, said), 0) + 1  # bound when written, merged or read
         if score is not None and positive is not None and (self.positive in (None, positive)):
             self.positive = positive
             side = self.scores.setdefault("pos" if actual == positive else "neg", {})
@@ -117,15 +154,22 @@ class Outcomes:
             b = _bin(p)
             side[b] = side.get(b, 0) + 1
 
-    def add_value(self, actual: float, said: float) -> None:
+    def add_value(self, actual: float, said: float | None) -> bool:
+        """One labelled row, counted where both are finite numbers (True); a prediction of NaN
+        or an infinity has no error to measure, and counted once it would make the window's
+        sums, and so its MAE, RMSE and bias, NaN for good."""
+        if not (finite(actual) and finite(said)):
+            return False
         self.rows += 1
         diff = said - actual
         self.abs_error += abs(diff)
         self.sq_error += diff * diff
         self.error += diff
+        return True
 
     def merge(self, other: Outcomes) -> None:
         self.rows += other.rows
+        self.hits += other.hits
         for pair, n in other.pairs.items():
             self.pairs[pair] = self.pairs.get(pair, 0) + n
         if other.positive is not None and self.positive in (None, other.positive):
@@ -142,11 +186,14 @@ class Outcomes:
         self.abs_error += other.abs_error
         self.sq_error += other.sq_error
         self.error += other.error
+        self._bound()
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"kind": self.kind, "rows": self.rows}
         if self.kind == CLASS:
+            self._bound()
             doc["pairs"] = [[a, p, n] for (a, p), n in self.pairs.items()]
+            doc["hits"] = self.hits
             if self.positive is not None:
                 doc["positive"] = self.positive
                 doc["scores"] = {side: [[b, n] for b, n in bins.items()] for side, bins in self.scores.items()}
@@ -159,36 +206,58 @@ class Outcomes:
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> Outcomes:
         out = cls(doc["kind"], int(doc["rows"]), positive=doc.get("positive"))
-        out.pairs = {(str(a), str(p)): int(n) for a, p, n in doc.get("pairs", [])}
+        out.pairs = {(_name(a), _name(p)): int(n) for a, p, n in doc.get("pairs", [])}
+        # Counts written before `hits` was: their pairs were never folded, so the diagonal is exact.
+        out.hits = int(doc["hits"]) if "hits" in doc else sum(n for (a, p), n in out.pairs.items() if a == p and a is not None)
         out.scores = {side: {int(b): int(n) for b, n in bins} for side, bins in doc.get("scores", {}).items()}
         out.ovr = {str(c): {side: {int(b): int(n) for b, n in bins} for side, bins in sides.items()} for c, sides in doc.get("ovr", {}).items()}
         out.abs_error, out.sq_error, out.error = (float(doc.get(k, 0.0)) for k in ("abs_error", "sq_error", "error"))
         return out
 
     def metrics(self) -> dict[str, Any]:
-        """rows, and accuracy, precision, recall (of the positive class for two classes, else
-        the mean over the classes seen, macro) and AUC (two classes with scores; more classes
-        with each class's scores: one against the rest, macro) for a classifier; MAE, RMSE and bias (mean of predicted - actual) for a regressor."""
-        import numpy as np
+        """rows, and accuracy, precision, recall and AUC for a classifier; MAE, RMSE and bias
+        (mean of predicted - actual) for a regressor.
+
+        Precision and recall are the positive class's where it is known (a two-class model's
+        second class; else, of exactly two classes seen, the later): its hits over its
+        predictions and over its labels, None where there are none (a window that neither
+        predicted nor labelled it has no such figure, and a gate on it holds), whatever other
+        labels came. Else the mean over the classes seen (macro), a class never predicted (or
+        never labelled) counting 0, as scikit-learn's does; past `MAX_CLASSES` classes, over the
+        classes named. AUC: two classes with scores; more classes with each class's scores,
+        one against the rest, macro. Counted from the pairs in one pass: no table of classes
+        by classes."""
         if not self.rows:
             return {"rows": 0}
         if self.kind == VALUE:
             return {"rows": self.rows, "mae": self.abs_error / self.rows, "rmse": math.sqrt(self.sq_error / self.rows), "bias": self.error / self.rows}
-        labels = sorted({a for a, _ in self.pairs} | {p for _, p in self.pairs})
-        index = {name: i for i, name in enumerate(labels)}
-        table = np.zeros((len(labels), len(labels)), dtype=np.int64)  # actual x predicted
+        self._bound()
+        hits: dict[str, int] = {}
+        said: dict[str, int] = {}
+        actual: dict[str, int] = {}
         for (a, p), n in self.pairs.items():
-            table[index[a], index[p]] += n
-        hits = np.diag(table)
-        said, actual = table.sum(axis=0), table.sum(axis=1)
-        precision = np.divide(hits, said, out=np.zeros(len(labels)), where=said > 0)
-        recall = np.divide(hits, actual, out=np.zeros(len(labels)), where=actual > 0)
-        out: dict[str, Any] = {"rows": self.rows, "accuracy": float(hits.sum() / self.rows)}
-        positive = self.positive if self.positive in index else (labels[-1] if len(labels) == 2 else None)
-        if positive is not None and len(labels) <= 2:
-            out.update(precision=float(precision[index[positive]]), recall=float(recall[index[positive]]), positive=positive)
+            if a is not None:
+                actual[a] = actual.get(a, 0) + n
+            if p is not None:
+                said[p] = said.get(p, 0) + n
+                if a == p:
+                    hits[p] = hits.get(p, 0) + n
+        out: dict[str, Any] = {"rows": self.rows, "accuracy": self.hits / self.rows}
+        seen = sorted(actual.keys() | said.keys())
+        folded = any(None in pair for pair in self.pairs)
+        positive = self.positive if self.positive is not None else (seen[-1] if len(seen) == 2 and not folded else None)
+        if positive is not None:
+            hit = hits.get(positive, 0)
+            out.update(
+                precision=hit / said[positive] if said.get(positive) else None,
+                recall=hit / actual[positive] if actual.get(positive) else None,
+                positive=positive,
+            )  # fmt: skip
         else:  # macro: every class that was predicted or true counts once
-            out.update(precision=float(precision.mean()), recall=float(recall.mean()))
+            out.update(
+                precision=sum(hits.get(c, 0) / said[c] for c in seen if said.get(c)) / len(seen) if seen else None,
+                recall=sum(hits.get(c, 0) / actual[c] for c in seen if actual.get(c)) / len(seen) if seen else None,
+            )  # fmt: skip
         out["auc"] = self.auc()
         return out
 
@@ -199,6 +268,18 @@ class Outcomes:
         each = [_auc(sides.get("pos"), sides.get("neg")) for sides in self.ovr.values()]
         found = [a for a in each if a is not None]
         return float(np.mean(found)) if found else None
+
+
+def _rank(name: str) -> bytes:
+    """A class's place among those a window names past `MAX_CLASSES`: a hash of its name, the
+    same in every process and every post (Python's own `hash` of text is not)."""
+    import hashlib
+    return hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
+def _name(value: Any) -> str | None:
+    """A class as the stored pairs write it; null for "other" (past `MAX_CLASSES`)."""
+    return None if value is None else str(value)
 
 
 def _bin(score: float) -> int:

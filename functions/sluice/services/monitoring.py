@@ -14,7 +14,7 @@ from sluice.domain import now
 from sluice.domain.errors import InvalidInput, NotFound, SluiceError
 from sluice.domain.signature import Signature
 from sluice.monitor.checks import Thresholds, check, gate_drift
-from sluice.monitor.quality import CLASS, MAX_LABEL, Outcomes, merged
+from sluice.monitor.quality import CLASS, MAX_LABEL, Outcomes, finite, merged
 from sluice.monitor.sketches import Profile, merged_by
 
 if TYPE_CHECKING:
@@ -227,36 +227,28 @@ class MonitorService:
         """Join (request id, row, label) to the predictions kept for those request ids, each
         labelled row once, and count them in the window and variant of their prediction. An
         id with no kept prediction (unknown, expired, another tenant's) is `unmatched`; a row
-        labelled before is a `duplicate`; a label its prediction cannot be compared with is
-        refused, naming it (`named(i)`: the i-th label's field, `labels[i].label` by default),
-        before anything is counted."""
-        principal.require("predict")
+        labelled before is a `duplicate`; a matched row whose prediction was not a finite
+        number (a regressor's NaN or infinity) is also `not_comparable`, in no figure; a label
+        its prediction cannot be compared with is refused, naming it (`named(i)`: the i-th
+        label's field, `labels[i].label` by default), before anything is counted."""
         tenant = principal.tenant
-        self.registry.get_deployment(tenant, name)  # another tenant's, or none: not found
-        if self.before_read is not None:
-            self.before_read()  # what this process holds, kept first
-        kept = self.registry.find_predictions(tenant, name, [rid for rid, _, _ in labels], now=now())
-        made = 0
-        if kept:  # a prediction (or a label's claim) made before the deployment now under the name was made was another's
-            from sluice.domain.objects import made_at_revision
-
-            made = made_at_revision(self.registry.deployment_history(tenant, name))
-            kept = {rid: record for rid, record in kept.items() if int(record["revision"]) >= made}
-        joined = []
-        for i, (rid, row, label) in enumerate(labels):
-            record = kept.get(rid)
-            if record is not None and row < len(record["predicted"]):
-                joined.append((rid, row, _label(record["kind"], label, named(i) if named is not None else f"labels[{i}].label"), record))
+        joined, made = self._joined(principal, name, labels, named)
         claimed = self.registry.claim_labels(
             tenant, name, [(rid, row) for rid, row, _, _ in joined], expires_at=now() + self.settings.monitor_keep_ttl_s, made=made
         )
         counts: dict[tuple[int, int], dict[str, Outcomes]] = {}
+        not_comparable = 0
         for (_, row, label, record), first in zip(joined, claimed, strict=True):
             if not first:
                 continue
+            said = record["predicted"][row]
+            if record["kind"] != CLASS and not finite(said):
+                # A prediction of NaN or an infinity: the row is matched (and claimed, so a
+                # label posted again is a duplicate) but in no figure, which it would make NaN.
+                not_comparable += 1
+                continue
             variants = counts.setdefault((int(record["revision"]), int(record["window"])), {})
             out = variants.setdefault(record["variant"], Outcomes(record["kind"]))
-            said = record["predicted"][row]
             if record["kind"] == CLASS:
                 scores, each = record.get("scores"), record.get("class_scores")
                 by_class = dict(zip(record["classes"], each[row], strict=False)) if each and record.get("classes") else None
@@ -280,9 +272,42 @@ class MonitorService:
         matched = sum(claimed)
         return {
             "deployment": name, "received": len(labels), "matched": matched,
-            "unmatched": len(labels) - len(joined), "duplicate": len(joined) - matched,
+            "unmatched": len(labels) - len(joined), "duplicate": len(joined) - matched, "not_comparable": not_comparable,
             "windows": [{"revision": r, "window_start": w, "rows": sum(o.rows for o in v.values())} for (r, w), v in sorted(counts.items())],
         }  # fmt: skip
+
+    def check_labels(
+        self, principal: Principal, name: str, labels: list[tuple[str, int, Any]], *, named: Callable[[int], str] | None = None
+    ) -> None:
+        """Refuse, as `add_labels` would, a label its prediction cannot be compared with,
+        counting and claiming nothing: what posts labels in several parts (a file) checks them
+        all first, so that a bad label in a late part is refused before an early part counts."""
+        self._joined(principal, name, labels, named)
+
+    def _joined(
+        self, principal: Principal, name: str, labels: list[tuple[str, int, Any]], named: Callable[[int], str] | None
+    ) -> tuple[list[tuple[str, int, Any, dict[str, Any]]], int]:
+        """The labels joined to their kept predictions (request id, row, the label as it is
+        compared, the kept record), a label that cannot be compared refused; and the revision
+        the deployment under the name was made at."""
+        principal.require("predict")
+        tenant = principal.tenant
+        self.registry.get_deployment(tenant, name)  # another tenant's, or none: not found
+        if self.before_read is not None:
+            self.before_read()  # what this process holds, kept first
+        kept = self.registry.find_predictions(tenant, name, [rid for rid, _, _ in labels], now=now())
+        made = 0
+        if kept:  # a prediction (or a label's claim) made before the deployment now under the name was made was another's
+            from sluice.domain.objects import made_at_revision
+
+            made = made_at_revision(self.registry.deployment_history(tenant, name))
+            kept = {rid: record for rid, record in kept.items() if int(record["revision"]) >= made}
+        joined = []
+        for i, (rid, row, label) in enumerate(labels):
+            record = kept.get(rid)
+            if record is not None and row < len(record["predicted"]):
+                joined.append((rid, row, _label(record["kind"], label, named(i) if named is not None else f"labels[{i}].label"), record))
+        return joined, made
 
     def quality(self, tenant: str, name: str, revision: int, *, variant: str | None = None) -> list[dict[str, Any]]:
         """Each window of the revision with labels, newest first: the quality of all its
