@@ -97,6 +97,22 @@ def test_triton_repo_name_cannot_leave_the_out_folder(capsys: pytest.CaptureFixt
     assert code == 0 and (out / "DiabetesMLP" / "config.pbtxt").exists()  # any name Triton takes, in one segment
 
 
+
+@pytest.mark.parametrize(
+    ("flag", "value", "field"),
+    [
+        ("--max-batch-size", str(2**31), "max_batch_size"),
+        ("--instance-count", str(2**31), "instance_count"),
+        ("--preferred-batch-size", str(2**31), "preferred_batch_sizes"),
+    ],
+)
+def test_triton_repo_refuses_numbers_triton_cannot_read(capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str, value: str, field: str) -> None:
+    """Wider than Triton's config holds (an int32): refused naming it, nothing written."""
+    run_cli(capsys, "models", "push", "mlp", str(MODELS / "diabetes_mlp.onnx"))
+    code, _, err = run_cli(capsys, "triton", "repo", "mlp:1", "--flavour", "sagemaker", "--out", str(tmp_path / "repo"), flag, value)
+    assert code == 2 and field in err, err
+    assert not (tmp_path / "repo").exists()
+
 @pytest.mark.parametrize("names", ["a,a,b,c", "a,,b,c"])
 def test_feature_names_must_be_distinct_and_non_empty(capsys: pytest.CaptureFixture[str], names: str) -> None:
     code, _, err = run_cli(capsys, "models", "push", "m", str(MODELS / "iris.onnx"), "--feature-names", names)

@@ -110,12 +110,49 @@ def test_odd_names_are_quoted_for_protobuf_text(parse_config: Callable[[str], An
         ({"instance_count": 0}, "instance_count"),
         ({"preferred_batch_sizes": (0,)}, "preferred_batch_sizes"),
         ({"instance_kind": "KIND_TPU"}, "instance_kind"),
+        # Wider than Triton's model_config.proto holds (int32; the delay uint64): a config
+        # Triton could not parse.
+        ({"max_batch_size": 2**31}, "max_batch_size"),
+        ({"instance_count": 2**31}, "instance_count"),
+        ({"preferred_batch_sizes": (8, 2**31)}, "preferred_batch_sizes"),
+        ({"max_queue_delay_us": 2**64}, "max_queue_delay_us"),
     ],
 )
 def test_bad_options_are_refused(options: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidInput) as err:
         TritonOptions(**options)
     assert err.value.field == field
+
+
+_WIDE = st.one_of(st.integers(-(2**65), 2**65), st.sampled_from([-1, 0, 1, 2**31 - 1, 2**31, 2**32, 2**63, 2**64 - 1, 2**64]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    max_batch=st.one_of(st.none(), _WIDE),
+    preferred=st.lists(_WIDE, max_size=3),
+    delay=_WIDE,
+    count=_WIDE,
+    flavour=st.sampled_from(["sagemaker", "local"]),
+)
+def test_any_options_accepted_make_a_config_triton_parses(
+    parse_config: Callable[[str], Any], max_batch: int | None, preferred: list[int], delay: int, count: int, flavour: str
+) -> None:
+    """Whatever TritonOptions accepts ends up in a config.pbtxt Triton's own parser reads with
+    the same numbers; the rest is refused naming its field, never written."""
+    try:
+        options = TritonOptions(max_batch_size=max_batch, preferred_batch_sizes=tuple(preferred), max_queue_delay_us=delay, instance_count=count)
+        text = model_config("m", CLASSIFIER, flavour=flavour, options=options)  # type: ignore[arg-type]
+    except InvalidInput as exc:
+        assert exc.field in {"max_batch_size", "preferred_batch_sizes", "max_queue_delay_us", "instance_count"}
+        return
+    config = parse_config(text)
+    assert config.instance_group[0].count == count
+    if max_batch is not None:
+        assert config.max_batch_size == max_batch
+    if config.max_batch_size > 0:
+        assert config.dynamic_batching.max_queue_delay_microseconds == delay
+        assert list(config.dynamic_batching.preferred_batch_size) == sorted(set(preferred))
 
 
 def test_preferred_batch_sizes_fit_under_max_batch_size() -> None:

@@ -34,6 +34,11 @@ Flavour = Literal["sagemaker", "local"]
 FLAVOURS: tuple[str, ...] = ("sagemaker", "local")
 InstanceKind = Literal["KIND_GPU", "KIND_CPU"]
 DEFAULT_MAX_BATCH_SIZE = 64
+# The widest numbers Triton's model_config.proto holds: max_batch_size, instance_group's count
+# and dynamic_batching's preferred_batch_size are int32, max_queue_delay_microseconds uint64.
+# Triton cannot parse a config.pbtxt with a larger one, so sluice refuses it before writing.
+INT32_MAX = 2**31 - 1
+UINT64_MAX = 2**64 - 1
 
 _CONFIG_TYPES = {
     "BOOL": "TYPE_BOOL",
@@ -64,16 +69,16 @@ class TritonOptions:
     tensorrt_fp16: bool = False  # `sagemaker` only: ONNX Runtime's TensorRT provider at FP16
 
     def __post_init__(self) -> None:
-        if self.max_batch_size is not None and self.max_batch_size < 0:
-            raise InvalidInput("max_batch_size must be 0 (no batching) or more", field="max_batch_size")
-        if self.max_queue_delay_us < 0:
-            raise InvalidInput("max_queue_delay_us must not be negative", field="max_queue_delay_us")
-        if self.instance_count < 1:
-            raise InvalidInput("instance_count must be at least 1", field="instance_count")
+        if self.max_batch_size is not None and not 0 <= self.max_batch_size <= INT32_MAX:
+            raise InvalidInput(f"max_batch_size must be 0 (no batching) to {INT32_MAX}", field="max_batch_size")
+        if not 0 <= self.max_queue_delay_us <= UINT64_MAX:
+            raise InvalidInput(f"max_queue_delay_us must be 0 to {UINT64_MAX}", field="max_queue_delay_us")
+        if not 1 <= self.instance_count <= INT32_MAX:
+            raise InvalidInput(f"instance_count must be 1 to {INT32_MAX}", field="instance_count")
         if self.instance_kind not in (None, "KIND_GPU", "KIND_CPU"):
             raise InvalidInput("instance_kind must be KIND_GPU or KIND_CPU", field="instance_kind")
-        if any(size < 1 for size in self.preferred_batch_sizes):
-            raise InvalidInput("preferred batch sizes must be positive", field="preferred_batch_sizes")
+        if any(not 1 <= size <= INT32_MAX for size in self.preferred_batch_sizes):
+            raise InvalidInput(f"preferred batch sizes must be 1 to {INT32_MAX}", field="preferred_batch_sizes")
 
 
 @dataclass(frozen=True, slots=True)

@@ -322,6 +322,7 @@ def test_bad_combinations_are_422_naming_the_field_and_make_nothing(world: World
         (("--mode", "components", "--copies", "blue=1", "--copies", "3"), "--copies"),
         (("--mode", "components", "--copies", "purple=1"), "--copies"),
         (("--mode", "components", "--instance-type", "ml.c5.xlarge", "--gpus", "1"), "--gpus"),
+        (("--max-batch-size", str(2**31)), "--max-batch-size"),  # an int32 in Triton's config.pbtxt
     ],
 )
 def test_the_cli_names_the_flag(

@@ -369,6 +369,7 @@ def test_undeploy_leaves_alone_another_tenants_endpoint_whose_name_extends_its_o
     r = world.client.get(f"/api/v1/deployments/{victim_deployment}/endpoint", headers=auth(victim_key))
     assert r.json()["status"] == "InService", r.text
 
+
 # bad input and AWS failures ----------------------------------------------------------------
 BAD_DEPLOYS = [
     ({"instance_type": "g5.xlarge"}, 400, "instance_type", "ml.<family>.<size>"),
@@ -378,6 +379,7 @@ BAD_DEPLOYS = [
     ({"instance_type": "ml.g4dn.xlarge", "instance_count": 5, "max_instances": 2}, 400, "instance_count", "between"),
     ({"instance_type": "ml.g4dn.xlarge", "triton_version": "19.01"}, 400, "triton_version", "unknown SageMaker Triton version"),
     ({"instance_type": "ml.g4dn.xlarge", "instance_count": 0}, 422, "instance_count", ""),
+    ({"instance_type": "ml.g4dn.xlarge", "max_batch_size": 2**31}, 422, "max_batch_size", "2147483647"),  # Triton's int32
     ({"instance_type": "ml.g4dn.xlarge", "colour": "red"}, 422, "colour", ""),
 ]
 BAD_SCALES = [
