@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal
 from sluice import owner_only
 from sluice.codecs.triton import batchable, config_dims
 from sluice.domain.errors import BadRequest, InvalidInput
+from sluice.endpoints.repository_check import SCALAR_ADVICE
 
 if TYPE_CHECKING:
     from sluice.domain import ModelVersion
@@ -130,11 +131,18 @@ def _ints(values: tuple[int, ...]) -> str:
     return "[ " + ", ".join(str(v) for v in values) + " ]" if values else "[ ]"
 
 
-def _tensor_block(spec: TensorSpec, *, batched: bool) -> str:
+def _tensor_block(spec: TensorSpec, *, batched: bool, kind: Literal["input", "output"]) -> str:
     datatype = _CONFIG_TYPES.get(spec.datatype)
     if datatype is None:
         raise InvalidInput(f"tensor '{spec.name}' has datatype {spec.datatype}, which Triton cannot declare", field=spec.name)
     dims, reshape = config_dims(spec.shape, batched=batched)
+    if not dims:
+        # Triton requires `dims` on every tensor and refuses an empty reshape without batching,
+        # so a scalar cannot be declared at all: `dims: [ ]` is a config it will not load.
+        raise InvalidInput(
+            f"{kind} '{spec.name}' is a scalar (shape []), which Triton cannot declare: {SCALAR_ADVICE}",
+            field=f"{kind}s.{spec.name}",
+        )
     lines = [
         "  {",
         f"    name: {_quote(spec.name)}",
@@ -174,8 +182,8 @@ def model_config(name: str, signature: Signature, *, flavour: Flavour, options: 
     ]
     if flavour == "sagemaker":
         parts.append('default_model_filename: "model.onnx"')
-    parts.append("input [\n" + ",\n".join(_tensor_block(s, batched=batched) for s in signature.inputs) + "\n]")
-    parts.append("output [\n" + ",\n".join(_tensor_block(s, batched=batched) for s in signature.outputs) + "\n]")
+    parts.append("input [\n" + ",\n".join(_tensor_block(s, batched=batched, kind="input") for s in signature.inputs) + "\n]")
+    parts.append("output [\n" + ",\n".join(_tensor_block(s, batched=batched, kind="output") for s in signature.outputs) + "\n]")
     if batched:
         preferred = tuple(sorted(set(options.preferred_batch_sizes)))
         if preferred and preferred[-1] > max_batch:

@@ -433,6 +433,18 @@ def test_deploy_refusals(world: World) -> None:
     assert (r.status_code, r.json()["field"]) == (503, "sagemaker_execution_role_arn")
 
 
+
+def test_a_version_with_a_scalar_tensor_is_refused_naming_it_and_makes_nothing(world: World) -> None:
+    """Triton cannot declare a rank-0 tensor, so no endpoint could ever load the version."""
+    from tests.models import relu_model
+
+    world.container.models.push(ACME, "scalar", relu_model([]))
+    _deployment(world, {"model": "scalar", "version": 1}, name="scalar")
+    r = _deploy(world, {"instance_type": "ml.g4dn.xlarge"}, name="scalar")
+    assert (r.status_code, r.json()["field"]) == (422, "policy"), r.text
+    assert "input 'x' is a scalar" in r.json()["error"] and "[1]" in r.json()["error"]
+    assert world.sagemaker.list_endpoints()["Endpoints"] == [] and world.sagemaker.list_models()["Models"] == []
+
 def _failing(operation: str, code: str) -> Callable[..., Any]:
     def fail(model: Any, **_: Any) -> Any:
         if model.name == operation:
