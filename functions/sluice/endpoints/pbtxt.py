@@ -66,10 +66,10 @@ def unescape(literal: str) -> str:
             i += 1 + len(digits.group())
         elif esc in "uU":
             width = 4 if esc == "u" else 8
-            digits = body[i + 1 : i + 1 + width]
-            if not re.fullmatch(rf"[0-9a-fA-F]{{{width}}}", digits):
-                raise TextFormatError(f"a \\{esc} escape needs {width} hex digits")
-            out += chr(int(digits, 16)).encode("utf-8", errors="surrogatepass")
+            code = body[i + 1 : i + 1 + width]
+            if not re.fullmatch(rf"[0-9a-fA-F]{{{width}}}", code) or int(code, 16) > 0x10FFFF:
+                raise TextFormatError(f"a \\{esc} escape needs {width} hex digits naming a character")
+            out += chr(int(code, 16)).encode("utf-8", errors="surrogatepass")
             i += 1 + width
         else:
             raise TextFormatError(f"unknown escape \\{esc} in a string")
