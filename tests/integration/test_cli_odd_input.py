@@ -4,8 +4,11 @@ asked (each test once showed one of those)."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import socket
+import tarfile
 import threading
 from typing import TYPE_CHECKING
 
@@ -96,6 +99,52 @@ def test_triton_repo_name_cannot_leave_the_out_folder(capsys: pytest.CaptureFixt
     code, _, _ = run_cli(capsys, "triton", "repo", "mlp:1", "--flavour", "local", "--out", str(out), "--name", "DiabetesMLP")
     assert code == 0 and (out / "DiabetesMLP" / "config.pbtxt").exists()  # any name Triton takes, in one segment
 
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "field"),
+    [
+        ("--max-batch-size", str(2**31), "max_batch_size"),
+        ("--instance-count", str(2**31), "instance_count"),
+        ("--preferred-batch-size", str(2**31), "preferred_batch_sizes"),
+    ],
+)
+def test_triton_repo_refuses_numbers_triton_cannot_read(capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str, value: str, field: str) -> None:
+    """Wider than Triton's config holds (an int32): refused naming it, nothing written."""
+    run_cli(capsys, "models", "push", "mlp", str(MODELS / "diabetes_mlp.onnx"))
+    code, _, err = run_cli(capsys, "triton", "repo", "mlp:1", "--flavour", "sagemaker", "--out", str(tmp_path / "repo"), flag, value)
+    assert code == 2 and field in err, err
+    assert not (tmp_path / "repo").exists()
+
+
+def test_triton_repo_and_check_refuse_a_scalar_tensor(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Triton cannot declare a rank-0 tensor: the message names it and says how to export it."""
+    from tests.models import relu_model
+
+    (tmp_path / "scalar.onnx").write_bytes(relu_model([]))
+    assert run_cli(capsys, "models", "push", "scalar", str(tmp_path / "scalar.onnx"))[0] == 0
+    code, _, err = run_cli(capsys, "triton", "repo", "scalar:1", "--flavour", "sagemaker", "--out", str(tmp_path / "repo"))
+    assert code == 2 and "inputs.x" in err and "[1]" in err, err
+    assert not (tmp_path / "repo").exists()
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, data in {"m/config.pbtxt": b'name: "m"\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ ] } ]\n', "m/1/model.onnx": b"x"}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    code, _, err = run_cli(capsys, "triton", "check", str(archive))
+    assert code == 2 and "inputs.x" in err and "[1]" in err, err
+
+
+@pytest.mark.parametrize("name", ["modèle", 'a"b', "a#b"])
+def test_triton_check_accepts_a_repository_triton_repo_names(capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str) -> None:
+    run_cli(capsys, "models", "push", "mlp", str(MODELS / "diabetes_mlp.onnx"))
+    archive = tmp_path / "model.tar.gz"
+    code, _, err = run_cli(capsys, "triton", "repo", "mlp:1", "--flavour", "sagemaker", "--out", str(archive), "--name", name)
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "triton", "check", str(archive))
+    assert code == 0, err
+    assert json.loads(out)["default_model"] == name
 
 @pytest.mark.parametrize("names", ["a,a,b,c", "a,,b,c"])
 def test_feature_names_must_be_distinct_and_non_empty(capsys: pytest.CaptureFixture[str], names: str) -> None:

@@ -112,6 +112,11 @@ def test_sluice_cost_prints_the_table_and_draws_the_curves(
     report, measured = json.loads(out), json.loads(both.read_text())["latency"]
     assert report["latency"]["sagemaker"]["p50_ms"] == measured["concurrency_1"]["sluice_binary"]["p50_ms"]
     assert "sluice serve, binary" in report["latency"]["sagemaker"]["source"]
+    # A SageMaker latency given on the command line wins over the benchmark's, and says so.
+    code, out, err = run_cli(capsys, "cost", "iris", "--latency", "onnx=12/40", "--latency", "sagemaker=30/90", "--benchmark", str(both), "--json")
+    assert code == 0, err
+    sagemaker = json.loads(out)["latency"]["sagemaker"]
+    assert (sagemaker["p50_ms"], sagemaker["p99_ms"], sagemaker["source"]) == (30.0, 90.0, "given")
     code, _, err = run_cli(capsys, "cost", "iris", "--benchmark", str(MODELS / "iris.onnx"))
     assert code == 2 and "[benchmark]" in err
 

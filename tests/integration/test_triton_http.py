@@ -256,3 +256,85 @@ def test_neither_aiohttp_nor_tritonclient_is_imported_until_a_call() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "[]"
+
+
+# a config's `reshape`: Triton's inference API takes and gives `dims`; the model sees
+# `reshape.shape`. sluice declares the model's shape and sends and reads back the wire's.
+def _reshaping_server(max_batch_size: int, test: Callable[[TritonRuntime, ModelVersion], Awaitable[Any]]) -> tuple[Any, list[dict[str, Any]]]:
+    """A stand-in Triton whose model `m` declares x and y as `dims: [4]` reshaped to [2, 2],
+    answering y = x and refusing, as Triton does, an input whose shape is not its dims."""
+    batch = [-1] if max_batch_size else []
+    config = {
+        "name": "m",
+        "max_batch_size": max_batch_size,
+        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [4], "reshape": {"shape": [2, 2]}}],
+        "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [4], "reshape": {"shape": [2, 2]}}],
+    }
+    metadata = {
+        "name": "m", "versions": ["1"], "platform": "onnxruntime_onnx",
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [*batch, 4]}],
+        "outputs": [{"name": "y", "datatype": "FP32", "shape": [*batch, 4]}],
+    }  # fmt: skip
+
+    async def main() -> tuple[Any, list[dict[str, Any]]]:
+        seen: list[dict[str, Any]] = []
+
+        async def config_route(request: web.Request) -> web.Response:
+            return web.json_response(config)
+
+        async def metadata_route(request: web.Request) -> web.Response:
+            return web.json_response(metadata)
+
+        async def infer(request: web.Request) -> web.Response:
+            body = await request.read()
+            size = int(request.headers.get("Inference-Header-Content-Length", len(body)))
+            header = json.loads(body[:size])
+            seen.append(header)
+            (x,) = header["inputs"]
+            if x["shape"][len(batch) :] != [4] or len(x["shape"]) != len(batch) + 1:
+                return web.json_response({"error": f"unexpected shape for input 'x' for model 'm'. Expected {[*batch, 4]}, got {x['shape']}"}, status=400)
+            tail = body[size:]
+            out = json.dumps({"model_name": "m", "outputs": [{"name": "y", "datatype": "FP32", "shape": x["shape"], "parameters": {"binary_data_size": len(tail)}}]}).encode()
+            return web.Response(body=out + tail, headers={"Inference-Header-Content-Length": str(len(out))})
+
+        app = web.Application()
+        app.router.add_get("/v2/models/m/config", config_route)
+        app.router.add_get("/v2/models/m", metadata_route)
+        app.router.add_post("/v2/models/m/infer", infer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        runtime = TritonRuntime(timeout_s=5)
+        try:
+            return await test(runtime, _version(port)), seen
+        finally:
+            await runtime.close()
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
+def test_an_unbatched_reshape_is_sent_in_the_configs_dims_and_read_back_in_the_models() -> None:
+    async def test(runtime: TritonRuntime, version: ModelVersion) -> Any:
+        signature = await runtime.metadata(version)
+        x = np.arange(4, dtype=np.float32).reshape(signature.input("x").shape)  # the shape sluice declares
+        return signature, (await runtime.infer(version, {"x": x})).outputs
+
+    (signature, outputs), seen = _reshaping_server(0, test)
+    assert signature.input("x").shape == (2, 2) and signature.output("y").shape == (2, 2)
+    assert seen[0]["inputs"][0]["shape"] == [4]  # Triton's dims, not the caller's [2, 2]
+    np.testing.assert_array_equal(outputs["y"], np.arange(4, dtype=np.float32).reshape(2, 2))
+
+
+def test_a_batched_reshape_is_sent_as_rows_of_the_configs_dims() -> None:
+    async def test(runtime: TritonRuntime, version: ModelVersion) -> Any:
+        signature = await runtime.metadata(version)
+        x = np.arange(12, dtype=np.float32).reshape(3, 2, 2)
+        return signature, (await runtime.infer(version, {"x": x})).outputs
+
+    (signature, outputs), seen = _reshaping_server(4, test)
+    assert signature.input("x").shape == (-1, 2, 2)
+    assert seen[0]["inputs"][0]["shape"] == [3, 4]
+    np.testing.assert_array_equal(outputs["y"], np.arange(12, dtype=np.float32).reshape(3, 2, 2))

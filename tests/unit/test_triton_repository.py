@@ -28,6 +28,7 @@ from sluice.endpoints.repository_check import DEFAULT_MODEL_ENV, validate_reposi
 from sluice.services.models import read_signature
 from sluice.storage.folder import FolderStore
 from tests.conftest import MODELS
+from tests.models import relu_model
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -110,12 +111,49 @@ def test_odd_names_are_quoted_for_protobuf_text(parse_config: Callable[[str], An
         ({"instance_count": 0}, "instance_count"),
         ({"preferred_batch_sizes": (0,)}, "preferred_batch_sizes"),
         ({"instance_kind": "KIND_TPU"}, "instance_kind"),
+        # Wider than Triton's model_config.proto holds (int32; the delay uint64): a config
+        # Triton could not parse.
+        ({"max_batch_size": 2**31}, "max_batch_size"),
+        ({"instance_count": 2**31}, "instance_count"),
+        ({"preferred_batch_sizes": (8, 2**31)}, "preferred_batch_sizes"),
+        ({"max_queue_delay_us": 2**64}, "max_queue_delay_us"),
     ],
 )
 def test_bad_options_are_refused(options: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidInput) as err:
         TritonOptions(**options)
     assert err.value.field == field
+
+
+_WIDE = st.one_of(st.integers(-(2**65), 2**65), st.sampled_from([-1, 0, 1, 2**31 - 1, 2**31, 2**32, 2**63, 2**64 - 1, 2**64]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    max_batch=st.one_of(st.none(), _WIDE),
+    preferred=st.lists(_WIDE, max_size=3),
+    delay=_WIDE,
+    count=_WIDE,
+    flavour=st.sampled_from(["sagemaker", "local"]),
+)
+def test_any_options_accepted_make_a_config_triton_parses(
+    parse_config: Callable[[str], Any], max_batch: int | None, preferred: list[int], delay: int, count: int, flavour: str
+) -> None:
+    """Whatever TritonOptions accepts ends up in a config.pbtxt Triton's own parser reads with
+    the same numbers; the rest is refused naming its field, never written."""
+    try:
+        options = TritonOptions(max_batch_size=max_batch, preferred_batch_sizes=tuple(preferred), max_queue_delay_us=delay, instance_count=count)
+        text = model_config("m", CLASSIFIER, flavour=flavour, options=options)  # type: ignore[arg-type]
+    except InvalidInput as exc:
+        assert exc.field in {"max_batch_size", "preferred_batch_sizes", "max_queue_delay_us", "instance_count"}
+        return
+    config = parse_config(text)
+    assert config.instance_group[0].count == count
+    if max_batch is not None:
+        assert config.max_batch_size == max_batch
+    if config.max_batch_size > 0:
+        assert config.dynamic_batching.max_queue_delay_microseconds == delay
+        assert list(config.dynamic_batching.preferred_batch_size) == sorted(set(preferred))
 
 
 def test_preferred_batch_sizes_fit_under_max_batch_size() -> None:
@@ -285,3 +323,74 @@ def test_nested_names_in_config_do_not_count_as_the_model_name() -> None:
     config = b'# name: "nope"\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\nname: "a"\n'
     check = validate_repository_tarball(_archive({"a/config.pbtxt": config, "a/1/model.onnx": b"x"}))
     assert check.default_model == "a"
+
+
+# scalars and names as Triton reads them ----------------------------------------------------
+def test_a_scalar_tensor_is_refused_naming_it_not_declared_without_dims() -> None:
+    """Triton requires `dims` on every tensor, so a rank-0 one cannot be declared: the config
+    sluice wrote (`dims: [ ]`) was one the container refused to load."""
+    signature = read_signature(relu_model([]))  # x: FP32 [], y: FP32 []
+    with pytest.raises(InvalidInput) as err:
+        model_config("scalar", signature, flavour="sagemaker", options=TritonOptions())
+    assert err.value.field == "inputs.x"
+    assert "scalar" in err.value.message and "[1]" in err.value.message
+    only_out = Signature(inputs=(TensorSpec("x", "FP32", (1,)),), outputs=(TensorSpec("y", "FP32", ()),))
+    with pytest.raises(InvalidInput) as err:
+        model_config("scalar", only_out, flavour="local", options=TritonOptions())
+    assert err.value.field == "outputs.y"
+
+
+@pytest.mark.parametrize("config", [
+    b'name: "a"\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ ] } ]\n',
+    b'name: "a"\noutput { name: "y", data_type: TYPE_FP32, dims: [] }\n',
+])  # fmt: skip
+def test_the_checker_refuses_a_tensor_without_dims(config: bytes) -> None:
+    with pytest.raises(InvalidInput) as err:
+        validate_repository_tarball(_archive({"a/config.pbtxt": config, "a/1/model.onnx": b"x"}))
+    assert err.value.field in ("inputs.x", "outputs.y") and "[1]" in err.value.message
+
+
+@pytest.mark.parametrize("name", ["modèle", 'a"b', "a#b", "a'b", "a'#\"d", "模型"])
+def test_the_checker_accepts_what_the_generator_writes(tmp_path: Path, parse_config: Callable[[str], Any], name: str) -> None:
+    """Names the generator escapes (non-ASCII as octal bytes, a quote) or that hold a `#`:
+    Triton reads the folder's name back, and so does the checker."""
+    data = (MODELS / "diabetes_mlp.onnx").read_bytes()
+    build_model(tmp_path, name, 1, read_signature(data), data, flavour="sagemaker")
+    assert parse_config((tmp_path / name / "config.pbtxt").read_text()).name == name
+    assert validate_repository_tarball(tarball_bytes(tmp_path)).models == (name,)
+
+
+_NAMES = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="/\\\0"), min_size=1, max_size=12).filter(
+    lambda n: n not in (".", "..")
+)
+_TENSOR_NAMES = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), min_size=1, max_size=8)
+
+
+@settings(max_examples=80, deadline=None)
+@given(name=_NAMES, tensor=_TENSOR_NAMES)
+def test_any_repository_the_generator_writes_passes_the_checker(parse_config: Callable[[str], Any], name: str, tensor: str) -> None:
+    """The model and tensor names, whatever their characters: Triton's own parser and the
+    checker read the same name from the config the generator writes."""
+    signature = Signature(inputs=(TensorSpec(tensor, "FP32", (-1, 2)),), outputs=(TensorSpec("y", "FP32", (-1, 1)),))
+    text = model_config(name, signature, flavour="sagemaker", options=TritonOptions())
+    config = parse_config(text)
+    assert (config.name, config.input[0].name) == (name, tensor)
+    archive = _archive({f"{name}/config.pbtxt": text.encode(), f"{name}/1/model.onnx": b"x"})
+    assert validate_repository_tarball(archive).models == (name,)
+
+
+@pytest.mark.parametrize(("config", "name"), [
+    (b'name: "a#b" # name: "c"\n', "a#b"),
+    (b"name: 'a\\'#' # '\n", "a'#"),
+    (b'name: "m\\303\\250" input [ { name: "x\\"#" dims: [ 1 ] } ]', "m\u00e8"),
+    (b'name: "a" "b"\n', "ab"),  # adjacent strings are one
+    (b'name: "\\x61\\u00e9"\n', "a\u00e9"),
+])  # fmt: skip
+def test_the_checker_reads_the_name_as_protobuf_text_format_does(parse_config: Callable[[str], Any], config: bytes, name: str) -> None:
+    assert parse_config(config.decode()).name == name
+    assert validate_repository_tarball(_archive({f"{name}/config.pbtxt": config, f"{name}/1/model.onnx": b"x"})).models == (name,)
+
+
+def test_a_config_that_is_not_text_format_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="not protobuf text format"):
+        validate_repository_tarball(_archive({"a/config.pbtxt": b'name: "a\ninput [', "a/1/model.onnx": b"x"}))

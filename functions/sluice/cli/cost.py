@@ -37,8 +37,9 @@ def cmd_cost(args: argparse.Namespace) -> int:
         from sluice.cost.benchmarks import read_benchmark
 
         found = read_benchmark(args.benchmark)
-        latencies.setdefault("sagemaker", (found.p50_ms, found.p99_ms))
-        sources["sagemaker"] = found.source
+        if "sagemaker" not in latencies:  # a latency given on the command line wins, and is credited as given
+            latencies["sagemaker"] = (found.p50_ms, found.p99_ms)
+            sources["sagemaker"] = found.source
         instance_rps = instance_rps or found.instance_rps
     request = CostRequest(
         rps=args.rps, p99_ms=args.p99_ms, region=args.region, instance_type=args.instance_type,

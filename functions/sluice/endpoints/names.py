@@ -5,7 +5,9 @@ One endpoint per deployment, named from the tenant and the deployment so that no
 can meet: `sluice-<tenant>-<deployment>` cut to fit, plus a digest of both (SageMaker names
 are 63 characters of letters, digits and hyphens). Its endpoint configs and models are named
 `<endpoint>-<digest>` and `<endpoint>-<variant>-<digest>`, and so are its inference
-components, so undeploying finds all of them by prefix.
+components. A name beginning with an endpoint's is not enough to make a thing that endpoint's:
+another tenant's endpoint name can extend this one's, so undeploying matches these exact
+shapes and the tenant and deployment tags (`sluice.endpoints.sagemaker_teardown`).
 """
 
 from __future__ import annotations

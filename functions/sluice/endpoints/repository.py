@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal
 from sluice import owner_only
 from sluice.codecs.triton import batchable, config_dims
 from sluice.domain.errors import BadRequest, InvalidInput
+from sluice.endpoints.repository_check import SCALAR_ADVICE
 
 if TYPE_CHECKING:
     from sluice.domain import ModelVersion
@@ -34,6 +35,11 @@ Flavour = Literal["sagemaker", "local"]
 FLAVOURS: tuple[str, ...] = ("sagemaker", "local")
 InstanceKind = Literal["KIND_GPU", "KIND_CPU"]
 DEFAULT_MAX_BATCH_SIZE = 64
+# The widest numbers Triton's model_config.proto holds: max_batch_size, instance_group's count
+# and dynamic_batching's preferred_batch_size are int32, max_queue_delay_microseconds uint64.
+# Triton cannot parse a config.pbtxt with a larger one, so sluice refuses it before writing.
+INT32_MAX = 2**31 - 1
+UINT64_MAX = 2**64 - 1
 
 _CONFIG_TYPES = {
     "BOOL": "TYPE_BOOL",
@@ -64,16 +70,16 @@ class TritonOptions:
     tensorrt_fp16: bool = False  # `sagemaker` only: ONNX Runtime's TensorRT provider at FP16
 
     def __post_init__(self) -> None:
-        if self.max_batch_size is not None and self.max_batch_size < 0:
-            raise InvalidInput("max_batch_size must be 0 (no batching) or more", field="max_batch_size")
-        if self.max_queue_delay_us < 0:
-            raise InvalidInput("max_queue_delay_us must not be negative", field="max_queue_delay_us")
-        if self.instance_count < 1:
-            raise InvalidInput("instance_count must be at least 1", field="instance_count")
+        if self.max_batch_size is not None and not 0 <= self.max_batch_size <= INT32_MAX:
+            raise InvalidInput(f"max_batch_size must be 0 (no batching) to {INT32_MAX}", field="max_batch_size")
+        if not 0 <= self.max_queue_delay_us <= UINT64_MAX:
+            raise InvalidInput(f"max_queue_delay_us must be 0 to {UINT64_MAX}", field="max_queue_delay_us")
+        if not 1 <= self.instance_count <= INT32_MAX:
+            raise InvalidInput(f"instance_count must be 1 to {INT32_MAX}", field="instance_count")
         if self.instance_kind not in (None, "KIND_GPU", "KIND_CPU"):
             raise InvalidInput("instance_kind must be KIND_GPU or KIND_CPU", field="instance_kind")
-        if any(size < 1 for size in self.preferred_batch_sizes):
-            raise InvalidInput("preferred batch sizes must be positive", field="preferred_batch_sizes")
+        if any(not 1 <= size <= INT32_MAX for size in self.preferred_batch_sizes):
+            raise InvalidInput(f"preferred batch sizes must be 1 to {INT32_MAX}", field="preferred_batch_sizes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +131,18 @@ def _ints(values: tuple[int, ...]) -> str:
     return "[ " + ", ".join(str(v) for v in values) + " ]" if values else "[ ]"
 
 
-def _tensor_block(spec: TensorSpec, *, batched: bool) -> str:
+def _tensor_block(spec: TensorSpec, *, batched: bool, kind: Literal["input", "output"]) -> str:
     datatype = _CONFIG_TYPES.get(spec.datatype)
     if datatype is None:
         raise InvalidInput(f"tensor '{spec.name}' has datatype {spec.datatype}, which Triton cannot declare", field=spec.name)
     dims, reshape = config_dims(spec.shape, batched=batched)
+    if not dims:
+        # Triton requires `dims` on every tensor and refuses an empty reshape without batching,
+        # so a scalar cannot be declared at all: `dims: [ ]` is a config it will not load.
+        raise InvalidInput(
+            f"{kind} '{spec.name}' is a scalar (shape []), which Triton cannot declare: {SCALAR_ADVICE}",
+            field=f"{kind}s.{spec.name}",
+        )
     lines = [
         "  {",
         f"    name: {_quote(spec.name)}",
@@ -169,8 +182,8 @@ def model_config(name: str, signature: Signature, *, flavour: Flavour, options: 
     ]
     if flavour == "sagemaker":
         parts.append('default_model_filename: "model.onnx"')
-    parts.append("input [\n" + ",\n".join(_tensor_block(s, batched=batched) for s in signature.inputs) + "\n]")
-    parts.append("output [\n" + ",\n".join(_tensor_block(s, batched=batched) for s in signature.outputs) + "\n]")
+    parts.append("input [\n" + ",\n".join(_tensor_block(s, batched=batched, kind="input") for s in signature.inputs) + "\n]")
+    parts.append("output [\n" + ",\n".join(_tensor_block(s, batched=batched, kind="output") for s in signature.outputs) + "\n]")
     if batched:
         preferred = tuple(sorted(set(options.preferred_batch_sizes)))
         if preferred and preferred[-1] > max_batch:

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sluice.domain.errors import InvalidInput
+from sluice.endpoints import pbtxt
 
 DEFAULT_MODEL_ENV = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 MAX_CONFIG_BYTES = 1024 * 1024
-_COMMENT = re.compile(r"#[^\n]*")
-_NAME_FIELD = re.compile(r"""(?:^|\s)name\s*:\s*(?:"([^"]*)"|'([^']*)')""")  # text format takes either quote
+# Triton declares every tensor with at least one dimension: a scalar (rank 0) has none to give.
+SCALAR_ADVICE = "export the model with this tensor shaped [1], or with a batch axis ([batch])"
 _VERSION = re.compile(r"0|[1-9][0-9]{0,17}")  # Triton ignores a version folder with a leading zero ("01")
 
 
@@ -35,18 +36,29 @@ class RepositoryCheck:
         return {DEFAULT_MODEL_ENV: self.default_model}
 
 
-def _top_level_name(config: str) -> str | None:
-    """The `name:` at the top level of a config.pbtxt (nested blocks and comments skipped)."""
-    depth, kept = 0, []
-    for char in _COMMENT.sub("", config):
-        if char in "{[":
-            depth += 1
-        elif char in "}]":
-            depth -= 1
-        elif depth == 0:
-            kept.append(char)
-    match = _NAME_FIELD.search("".join(kept))
-    return next(g for g in match.groups() if g is not None) if match else None
+def _read_config(model: str, text: str) -> str | None:
+    """The model name a config.pbtxt declares at its top level (None: none, Triton then takes
+    the folder's), read as Triton reads it: comments skipped, a `#` or an escaped quote inside
+    a string kept, escapes such as `\\303\\250` read as the characters they spell. Refuses a
+    tensor declared without dimensions, which Triton cannot load."""
+    try:
+        config = pbtxt.parse(text)
+    except pbtxt.TextFormatError as exc:
+        raise InvalidInput(f"{model}/config.pbtxt is not protobuf text format: {exc}", field="repository") from None
+    for key, kind in (("input", "inputs"), ("output", "outputs")):
+        for tensor in config.get(key, []):
+            if not isinstance(tensor, dict):
+                continue
+            names = [n for n in tensor.get("name", []) if isinstance(n, str)]
+            if "dims" in tensor and not tensor["dims"]:
+                name = names[0] if names else "?"
+                raise InvalidInput(
+                    f"{model}/config.pbtxt declares {key} '{name}' with no dimensions (`dims: [ ]`), which Triton "
+                    f"cannot load: {SCALAR_ADVICE}",
+                    field=f"{kind}.{name}",
+                )
+    names = [n for n in config.get("name", []) if isinstance(n, str)]
+    return names[-1] if names else None  # text format: the last value of a field wins
 
 
 def _member_path(member: tarfile.TarInfo) -> PurePosixPath | None:
@@ -121,7 +133,7 @@ def validate_repository_tarball(data: bytes | Path, default_model: str | None = 
                 f"model '{model}' has no numbered version folder such as {model}/1/ (Triton ignores one with a leading zero)",
                 field="repository",
             )
-        declared = _top_level_name(configs[model])
+        declared = _read_config(model, configs[model])
         if declared is not None and declared != model:
             raise InvalidInput(
                 f"{model}/config.pbtxt names the model '{declared}'; Triton requires the folder's name",

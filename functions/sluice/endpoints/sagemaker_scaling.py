@@ -89,22 +89,22 @@ class ScalingCalls:
                 targets.append(rid)
         return policies, targets
 
-    def remove_alarms(self, endpoint: str) -> list[str]:
-        """The scale-from-zero alarms of the endpoint and its components, all named
-        `<endpoint>-…-<alarm>` (target tracking's own alarms go with their policies). Those
-        alone: another alarm someone named after the endpoint stays (the API's role may not
-        touch it)."""
-        from sluice.endpoints.scaling import BACKLOG, COPIES, INSTANCES
-
-        ours = tuple(f"-{s.from_zero.alarm}" for s in (INSTANCES, BACKLOG, COPIES) if s.from_zero is not None)
-        names: list[str] = []
-        token = None
-        while True:
-            page = self.cloudwatch().describe_alarms(AlarmNamePrefix=f"{endpoint}-", **({"NextToken": token} if token else {}))
-            names += [a["AlarmName"] for a in page.get("MetricAlarms", []) if a["AlarmName"].endswith(ours)]
-            token = page.get("NextToken")
-            if not token:
-                break
-        for start in range(0, len(names), 100):  # DeleteAlarms takes at most 100 names
-            self.cloudwatch().delete_alarms(AlarmNames=names[start : start + 100])
-        return names
+    def remove_alarms(self, names: list[str]) -> list[str]:
+        """Those of the alarms named exactly `names` that exist (the scale-from-zero alarms
+        sluice made; target tracking's own alarms go with their policies); the names removed.
+        Exact names, never a prefix: another tenant's endpoint name can begin with this one's,
+        and an operator's own alarm named after the endpoint is not the API's to touch."""
+        found: list[str] = []
+        for start in range(0, len(names), 100):  # DescribeAlarms and DeleteAlarms take at most 100 names
+            token = None
+            while True:
+                page = self.cloudwatch().describe_alarms(
+                    AlarmNames=names[start : start + 100], **({"NextToken": token} if token else {})
+                )
+                found += [a["AlarmName"] for a in page.get("MetricAlarms", []) if a["AlarmName"] in names]
+                token = page.get("NextToken")
+                if not token:
+                    break
+        for start in range(0, len(found), 100):
+            self.cloudwatch().delete_alarms(AlarmNames=found[start : start + 100])
+        return found

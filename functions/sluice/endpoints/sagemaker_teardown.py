@@ -1,12 +1,23 @@
 """Undeploying a SageMaker endpoint: everything sluice made for it, in the order AWS allows,
-each thing skipped when it is already gone."""
+each thing skipped when it is already gone.
+
+Only what is this endpoint's own is deleted. Another tenant's endpoint name can begin with
+this one's (`sluice-acme-x-<digest>` is a prefix of tenant `acme-x`'s deployment
+`<digest>-y`), so a name that merely starts with the endpoint's proves nothing: a config or
+model is ours when its name has exactly the shape sluice gives this endpoint's configs and
+models and its `sluice:tenant` and `sluice:deployment` tags name this endpoint.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
-from sluice.endpoints.sagemaker_support import aws_error, error_code, is_missing
+from sluice.endpoints.names import endpoint_name
+from sluice.endpoints.sagemaker_support import Tag, aws_error, error_code, is_missing
 from sluice.endpoints.scaling import (
+    BACKLOG,
+    COPIES,
     COPY_DIMENSION,
     VARIANT_DIMENSION,
     component_resource,
@@ -44,7 +55,7 @@ def undeploy(endpoints: SageMakerEndpoints, name: str, state: EndpointState | No
             deleted["scaling_policies"] += policies
             deleted["scalable_targets"] += targets
         if mode != "realtime":
-            deleted["alarms"] = endpoints.scaling.remove_alarms(name)
+            deleted["alarms"] = endpoints.scaling.remove_alarms(_alarms(name, state))
         for component in components:
             if _quietly(endpoints.sagemaker.delete_inference_component, InferenceComponentName=component):
                 deleted["inference_components"].append(component)
@@ -52,13 +63,13 @@ def undeploy(endpoints: SageMakerEndpoints, name: str, state: EndpointState | No
             _quietly(endpoints.sagemaker.delete_endpoint, EndpointName=name)
             deleted["endpoint"] = name
         configs = {state.config_name} if state else set()
-        configs |= set(_owned(endpoints.sagemaker, name, "list_endpoint_configs", "EndpointConfigs", "EndpointConfigName"))
+        configs |= set(_owned(endpoints.sagemaker, name, "list_endpoint_configs", "EndpointConfigs", "EndpointConfig", configs))
         for config in sorted(configs):
             if _quietly(endpoints.sagemaker.delete_endpoint_config, EndpointConfigName=config):
                 deleted["endpoint_configs"].append(config)
         models = {v.model_name for v in state.variants if v.model_name} if state else set()
         models |= {c.model_name for c in state.components if c.model_name} if state else set()
-        models |= set(_owned(endpoints.sagemaker, name, "list_models", "Models", "ModelName"))
+        models |= set(_owned(endpoints.sagemaker, name, "list_models", "Models", "Model", models))
         for model in sorted(models):
             if _quietly(endpoints.sagemaker.delete_model, ModelName=model):
                 deleted["models"].append(model)
@@ -70,18 +81,67 @@ def undeploy(endpoints: SageMakerEndpoints, name: str, state: EndpointState | No
     return deleted
 
 
-def _owned(sagemaker: Any, endpoint: str, operation: str, key: str, field_name: str) -> Iterator[str]:
-    """Names under this endpoint's prefix (the digest in the prefix makes it its own)."""
+def _alarms(endpoint: str, state: EndpointState | None) -> list[str]:
+    """The exact names of the scale-from-zero alarms sluice made for the endpoint (async) or
+    for its components: never every alarm under the endpoint's name, which may be another
+    tenant's or an operator's."""
+    if state is None:
+        return []
+    if state.mode == "async" and BACKLOG.from_zero is not None:
+        return [BACKLOG.from_zero.alarm_name(endpoint)]
+    if state.mode == "components" and COPIES.from_zero is not None:
+        return [COPIES.from_zero.alarm_name(c.name) for c in state.components]
+    return []
+
+
+# `<endpoint>-<fingerprint>` and `<endpoint>-<variant>-<fingerprint>` (sluice.endpoints.names)
+_CONFIG_TAIL = re.compile(r"[0-9a-f]{8}")
+_MODEL_TAIL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,11}[a-z0-9])?-[0-9a-f]{8}")
+
+
+def _owned(sagemaker: Any, endpoint: str, operation: str, key: str, kind: str, known: set[str]) -> Iterator[str]:
+    """The endpoint's configs (`kind` "EndpointConfig") or models ("Model") that its own
+    description no longer names (left by an earlier deploy or a half-finished one): of the
+    names SageMaker lists, those shaped as sluice names this endpoint's and tagged as made
+    for this tenant's deployment. `known`: names already taken from the description."""
+    tail = _CONFIG_TAIL if kind == "EndpointConfig" else _MODEL_TAIL
     prefix = endpoint + "-"
     token = None
     while True:
         page = getattr(sagemaker, operation)(NameContains=endpoint, **({"NextToken": token} if token else {}))
         for item in page.get(key, []):
-            if item[field_name].startswith(prefix):
-                yield item[field_name]
+            name = item[f"{kind}Name"]
+            if name in known or not name.startswith(prefix) or not tail.fullmatch(name[len(prefix) :]):
+                continue
+            if _made_for(sagemaker, item.get(f"{kind}Arn", ""), endpoint):
+                yield name
         token = page.get("NextToken")
         if not token:
             return
+
+
+def _made_for(sagemaker: Any, arn: str, endpoint: str) -> bool:
+    """Whether the resource's tenant and deployment tags are those the endpoint is named for
+    (sluice tags every model and config it creates with both)."""
+    from botocore.exceptions import ClientError
+
+    if not arn:
+        return False
+    tags: dict[str, str] = {}
+    token = None
+    try:
+        while True:
+            page = sagemaker.list_tags(ResourceArn=arn, **({"NextToken": token} if token else {}))
+            tags.update((t["Key"], t["Value"]) for t in page.get("Tags", []))
+            token = page.get("NextToken")
+            if not token:
+                break
+    except ClientError as exc:
+        if is_missing(exc):  # deleted meanwhile: nothing to delete
+            return False
+        raise
+    tenant, deployment = tags.get(Tag.TENANT), tags.get(Tag.DEPLOYMENT)
+    return tenant is not None and deployment is not None and endpoint_name(tenant, deployment) == endpoint
 
 
 def _quietly(call: Any, **params: Any) -> bool:

@@ -114,13 +114,22 @@ class ModelLayout:
         return self._reshaped(self.outputs.get(name), array, to_wire=False)
 
     def _reshaped(self, tensor: _Tensor | None, array: np.ndarray, *, to_wire: bool) -> np.ndarray:
-        """A batch of rows in the model's dims as the wire's (a config's `reshape`), or back."""
-        if tensor is None or tensor.wire_dims == tensor.model_dims or not self.batched:
+        """A tensor in the model's dims as the wire's (a config's `reshape`), or back: a batch
+        of rows when the model batches, the whole tensor when it does not. Triton's inference
+        API takes and gives `dims`, whatever the model sees, with or without batching."""
+        if tensor is None or tensor.wire_dims == tensor.model_dims:
             return array
         have, want = (tensor.model_dims, tensor.wire_dims) if to_wire else (tensor.wire_dims, tensor.model_dims)
-        if array.ndim == len(have) + 1:
-            return array.reshape((array.shape[0], *want))
-        return array
+        if self.batched and array.ndim == len(have) + 1:
+            shape = (array.shape[0], *want)
+        elif not self.batched and array.ndim == len(have):
+            shape = want
+        else:
+            return array
+        try:
+            return array.reshape(shape)
+        except ValueError:  # not the declared size (or dims with two variable axes): Triton says why
+            return array
 
     def model_shape(self, name: str, *, output: bool, model: str) -> tuple[int, ...]:
         tensor = (self.outputs if output else self.inputs).get(name)

@@ -345,7 +345,7 @@ def test_undeploy_removes_autoscaling_alarms_components_endpoint_config_and_mode
         )
         account.autoscaling.add_response("deregister_scalable_target", {}, where)
     alarms = [f"{BLUE}-NoCapacityInvocationFailures", f"{GREEN}-NoCapacityInvocationFailures"]
-    account.cloudwatch.add_response("describe_alarms", {"MetricAlarms": [{"AlarmName": a} for a in alarms]}, {"AlarmNamePrefix": f"{ENDPOINT}-"})
+    account.cloudwatch.add_response("describe_alarms", {"MetricAlarms": [{"AlarmName": a} for a in alarms]}, {"AlarmNames": alarms})
     account.cloudwatch.add_response("delete_alarms", {}, {"AlarmNames": alarms})
     for name in (BLUE, GREEN):
         account.sagemaker.add_response("delete_inference_component", {}, {"InferenceComponentName": name})

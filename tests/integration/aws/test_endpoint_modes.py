@@ -15,7 +15,7 @@ import boto3
 import pytest
 
 from sluice.domain import Principal
-from sluice.endpoints.names import endpoint_name
+from sluice.endpoints.names import digest, endpoint_name
 from sluice.runtimes.sagemaker_target import EndpointTarget
 from sluice.wiring import Container
 from tests.integration.aws.conftest import BUCKET, REGION, EndpointsWorld, Recorded, on_sagemaker
@@ -215,11 +215,17 @@ def test_the_cli_deploys_async_and_undeploys_it_all(world: World, monkeypatch: p
     code, out, _ = run_cli(capsys, "--tenant", "acme", "endpoints", "status", "ranker")
     assert code == 0 and json.loads(out)["asynchronous"]["topics"]["success"].endswith("-succeeded")
 
-    theirs = f"{endpoint_name('acme', 'ranker')}-p99-latency"  # an operator's own alarm, named after the endpoint
-    world.cloudwatch.put_metric_alarm(
-        AlarmName=theirs, MetricName="ModelLatency", Namespace="AWS/SageMaker", Statistic="Average", Period=60,
-        EvaluationPeriods=1, Threshold=1.0, ComparisonOperator="GreaterThanThreshold",
-    )  # fmt: skip
+    mine = endpoint_name("acme", "ranker")
+    operator = f"{mine}-p99-latency"  # an operator's own alarm, named after the endpoint
+    # Tenant acme-ranker's deployment "<digest>-y" has an endpoint whose name extends acme's,
+    # and so does the name of its own scale-from-zero alarm.
+    other = f"{endpoint_name('acme-ranker', digest('acme', 'ranker') + '-y')}-HasBacklogWithoutCapacity"
+    assert other.startswith(f"{mine}-")
+    for name in (operator, other):
+        world.cloudwatch.put_metric_alarm(
+            AlarmName=name, MetricName="ModelLatency", Namespace="AWS/SageMaker", Statistic="Average", Period=60,
+            EvaluationPeriods=1, Threshold=1.0, ComparisonOperator="GreaterThanThreshold",
+        )  # fmt: skip
     world.calls.clear()
     code, out, err = run_cli(capsys, "--tenant", "acme", "endpoints", "undeploy", "ranker")
     assert code == 0, err
@@ -231,7 +237,7 @@ def test_the_cli_deploys_async_and_undeploys_it_all(world: World, monkeypatch: p
     deleted = json.loads(out)["deleted"]
     assert deleted["alarms"] == [f"{endpoint_name('acme', 'ranker')}-HasBacklogWithoutCapacity"] and len(deleted["topics"]) == 2
     assert world.sns.list_topics()["Topics"] == []
-    assert [a["AlarmName"] for a in world.cloudwatch.describe_alarms()["MetricAlarms"]] == [theirs]  # sluice's own alarms alone went
+    assert sorted(a["AlarmName"] for a in world.cloudwatch.describe_alarms()["MetricAlarms"]) == sorted([operator, other])  # its own alone went
     assert world.autoscaling.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"] == []
     assert world.autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"] == []
     assert world.sagemaker.list_endpoints()["Endpoints"] == [] and world.sagemaker.list_models()["Models"] == []
@@ -316,6 +322,7 @@ def test_bad_combinations_are_422_naming_the_field_and_make_nothing(world: World
         (("--mode", "components", "--copies", "blue=1", "--copies", "3"), "--copies"),
         (("--mode", "components", "--copies", "purple=1"), "--copies"),
         (("--mode", "components", "--instance-type", "ml.c5.xlarge", "--gpus", "1"), "--gpus"),
+        (("--max-batch-size", str(2**31)), "--max-batch-size"),  # an int32 in Triton's config.pbtxt
     ],
 )
 def test_the_cli_names_the_flag(

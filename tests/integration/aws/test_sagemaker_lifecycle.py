@@ -16,7 +16,7 @@ import boto3
 import pytest
 
 from sluice.domain import Principal
-from sluice.endpoints.names import endpoint_name
+from sluice.endpoints.names import digest, endpoint_name
 from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.runtimes.sagemaker_target import EndpointTarget
 from sluice.wiring import Container, build_endpoint_control
@@ -326,6 +326,50 @@ def test_tenants_get_their_own_endpoints(world: World) -> None:
     assert world.client.get("/api/v1/deployments/ranker/endpoint", headers=auth(world.keys["acme_predict"])).status_code == 403
 
 
+
+def test_undeploy_leaves_alone_another_tenants_endpoint_whose_name_extends_its_own(world: World) -> None:
+    """acme's deployment "x" has endpoint sluice-acme-x-<d>; tenant acme-x's deployment
+    "<d>-y" gets sluice-acme-x-<d>-y-<d2>, whose configs and models all start with
+    "sluice-acme-x-<d>-". acme's undeploy deletes its own (a leftover model too, found by its
+    name and tags) and none of acme-x's."""
+    victim = Principal("acme-x", frozenset({"admin", "predict"}), "test-acme-x")
+    victim_deployment = f"{digest('acme', 'x')}-y"
+    mine, theirs = endpoint_name("acme", "x"), endpoint_name(victim.tenant, victim_deployment)
+    assert theirs.startswith(mine + "-")
+    world.container.models.push(victim, "mlp", MLP[1])
+    _, victim_key = world.container.keys.create(victim.tenant, ["admin", "predict"])
+    world.keys["acme-x"] = victim_key
+    _deployment(world, {"model": "mlp", "version": 1}, ACME, name="x")
+    _deployment(world, {"model": "mlp", "version": 1}, victim, name=victim_deployment)
+    assert _deploy(world, {"instance_type": "ml.g4dn.xlarge"}, name="x").status_code == 202
+    assert _deploy(world, {"instance_type": "ml.g4dn.xlarge"}, key="acme-x", name=victim_deployment).status_code == 202
+    # A model an earlier, half-finished deploy of acme's left behind, which no config names.
+    [mine_model] = [m["ModelName"] for m in world.sagemaker.list_models()["Models"] if m["ModelName"].startswith(mine) and not m["ModelName"].startswith(theirs)]
+    left = world.sagemaker.describe_model(ModelName=mine_model)
+    world.sagemaker.create_model(
+        ModelName=f"{mine}-primary-0badc0de",
+        ExecutionRoleArn=left["ExecutionRoleArn"],
+        PrimaryContainer=left["PrimaryContainer"],
+        Tags=[{"Key": "sluice:tenant", "Value": "acme"}, {"Key": "sluice:deployment", "Value": "x"}],
+    )
+
+    def names() -> tuple[list[str], list[str]]:
+        models = [m["ModelName"] for m in world.sagemaker.list_models()["Models"]]
+        configs = [c["EndpointConfigName"] for c in world.sagemaker.list_endpoint_configs()["EndpointConfigs"]]
+        return sorted(models), sorted(configs)
+
+    before = names()
+    r = world.client.delete("/api/v1/deployments/x/endpoint", headers=auth(world.keys["acme"]))
+    assert r.status_code == 200, r.text
+    models, configs = names()
+    assert models and configs and all(n.startswith(theirs) for n in models + configs), (models, configs)
+    assert (models, configs) == ([m for m in before[0] if m.startswith(theirs)], [c for c in before[1] if c.startswith(theirs)])
+    assert f"{mine}-primary-0badc0de" in r.json()["deleted"]["models"]
+    assert [e["EndpointName"] for e in world.sagemaker.list_endpoints()["Endpoints"]] == [theirs]
+    r = world.client.get(f"/api/v1/deployments/{victim_deployment}/endpoint", headers=auth(victim_key))
+    assert r.json()["status"] == "InService", r.text
+
+
 # bad input and AWS failures ----------------------------------------------------------------
 BAD_DEPLOYS = [
     ({"instance_type": "g5.xlarge"}, 400, "instance_type", "ml.<family>.<size>"),
@@ -335,6 +379,7 @@ BAD_DEPLOYS = [
     ({"instance_type": "ml.g4dn.xlarge", "instance_count": 5, "max_instances": 2}, 400, "instance_count", "between"),
     ({"instance_type": "ml.g4dn.xlarge", "triton_version": "19.01"}, 400, "triton_version", "unknown SageMaker Triton version"),
     ({"instance_type": "ml.g4dn.xlarge", "instance_count": 0}, 422, "instance_count", ""),
+    ({"instance_type": "ml.g4dn.xlarge", "max_batch_size": 2**31}, 422, "max_batch_size", "2147483647"),  # Triton's int32
     ({"instance_type": "ml.g4dn.xlarge", "colour": "red"}, 422, "colour", ""),
 ]
 BAD_SCALES = [
@@ -387,6 +432,18 @@ def test_deploy_refusals(world: World) -> None:
     r = _deploy(world, {"instance_type": "ml.g4dn.xlarge"}, name="other")
     assert (r.status_code, r.json()["field"]) == (503, "sagemaker_execution_role_arn")
 
+
+
+def test_a_version_with_a_scalar_tensor_is_refused_naming_it_and_makes_nothing(world: World) -> None:
+    """Triton cannot declare a rank-0 tensor, so no endpoint could ever load the version."""
+    from tests.models import relu_model
+
+    world.container.models.push(ACME, "scalar", relu_model([]))
+    _deployment(world, {"model": "scalar", "version": 1}, name="scalar")
+    r = _deploy(world, {"instance_type": "ml.g4dn.xlarge"}, name="scalar")
+    assert (r.status_code, r.json()["field"]) == (422, "policy"), r.text
+    assert "input 'x' is a scalar" in r.json()["error"] and "[1]" in r.json()["error"]
+    assert world.sagemaker.list_endpoints()["Endpoints"] == [] and world.sagemaker.list_models()["Models"] == []
 
 def _failing(operation: str, code: str) -> Callable[..., Any]:
     def fail(model: Any, **_: Any) -> Any:

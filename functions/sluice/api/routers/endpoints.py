@@ -17,6 +17,10 @@ from sluice.api.deps import AdminDep, EndpointsDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.types.base import WireModel
 
+# Triton's max_batch_size is an int32: a larger one is a config.pbtxt Triton cannot read
+# (sluice.endpoints.repository.INT32_MAX, not imported here to keep the API's start light).
+INT32_MAX = 2**31 - 1
+
 router = APIRouter(prefix="/api/v1/deployments", tags=["endpoints"], responses=errors(*MANAGEMENT, 502, 503), default_response_class=JSONResponse)
 
 
@@ -29,7 +33,9 @@ class EndpointCreate(WireModel):
         None, gt=0, description="Autoscaling target: SageMakerVariantInvocationsPerInstance per minute (default 100)."
     )
     triton_version: str | None = Field(None, description="SageMaker Triton image version (default: the service's).")
-    max_batch_size: int | None = Field(None, ge=0, description="Triton max_batch_size (default 64 when the model batches).")
+    max_batch_size: int | None = Field(
+        None, ge=0, le=INT32_MAX, description="Triton max_batch_size (default 64 when the model batches; an int32 in Triton's config)."
+    )
     mode: Literal["realtime", "async", "components"] = Field(
         "realtime",
         description="realtime: a production variant per version. async: one version behind SageMaker's queue, scaling to "
