@@ -86,6 +86,37 @@ def test_a_body_is_in_place_only_once_whole_and_within_bounds(tmp_path: Path) ->
         store.record("acme", "../../x")
 
 
+def test_two_posts_of_one_form_at_once_keep_the_last_whole_body(tmp_path: Path) -> None:
+    """A retry of an upload's post while the first still streams, both fed from one thread (as
+    a server's worker pool hands its threads out): neither fails, and the body kept is the last
+    one whole, as S3 keeps the last whole object."""
+    from sluice.api.upload_post import UploadPost
+    from tests.support import FORM_BOUNDARY, upload_form
+
+    store = FolderUploads(tmp_path)
+    rid, size = "d" * 32, 64 * 1024
+    form = store.form("acme", rid, content_type="application/json", max_bytes=size, expires_in=900, base_url="http://h")
+    first_body, second_body = b"A" * size, b"B" * (size // 2)
+    first, second = upload_form(form.fields, first_body), upload_form(form.fields, second_body)
+    kind = f"multipart/form-data; boundary={FORM_BOUNDARY}"
+    a, b = (UploadPost(store, rid, kind, declared=None, max_upload=size) for _ in range(2))
+    cut = len(first) // 2
+    try:
+        a.feed(first[:cut])  # the first post is half way through its file
+        b.feed(second)  # the second arrives whole, and is put in place
+        assert b.complete
+        assert (tmp_path / "uploads/tenants/acme" / rid / "body").read_bytes() == second_body
+        a.feed(first[cut:])  # then the first one's rest
+        assert a.complete
+    finally:
+        a.close()
+        b.close()
+    folder = tmp_path / "uploads/tenants/acme" / rid
+    assert (folder / "body").read_bytes() == first_body
+    assert (folder / "body").stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in folder.iterdir()] == ["body"]  # no partial file left behind
+
+
 # S3 ---------------------------------------------------------------------------------------------
 def test_s3_uploads_keep_records_and_read_ranges() -> None:
     with mock_aws():
