@@ -136,6 +136,24 @@ def test_all_deployments_together_stay_within_the_byte_budget() -> None:
     assert cache.put(wide, "c", answer())
 
 
+def test_string_answers_are_counted_by_their_text_within_both_bounds() -> None:
+    """A text answer (a summary, a generated string) holds its text, not the 8 bytes of a
+    pointer per element NumPy counts: one over the entry limit is not kept, and many of them
+    stay within the container's budget."""
+    cache = PredictionCache(max_entry_bytes=1 << 20, max_bytes=4 << 20)
+    text = lambda size: _answer({"summary": np.array(["x" * size], dtype=object)})  # noqa: E731
+    assert not cache.put(DEP, "long", text(2 << 20))  # one 2 MiB string, over the 1 MiB an answer may hold
+    assert cache.get(DEP, "long") is None
+    assert not cache.put(DEP, "bytes", _answer({"raw": np.array([b"x" * (2 << 20)], dtype=object)}))
+    summaries = Deployment("acme", "summaries", {}, revision=1, cache=CacheSettings(60.0, 100))
+    for i in range(16):  # 16 answers of 512 KiB of text: 8 MiB, twice the 4 MiB budget
+        assert cache.put(summaries, f"k{i}", text(512 << 10))
+    kept = [cache.get(summaries, f"k{i}") for i in range(16)]
+    held = sum(len(answer.result.outputs["summary"][0]) for answer in kept if answer is not None)
+    assert 0 < held <= 4 << 20, held
+    assert kept[-1] is not None  # the newest kept, the least recently used gone
+
+
 def test_an_answer_joined_with_others_holds_only_its_own_rows_within_the_budget() -> None:
     """An answer of adaptive batching is its rows of the joined call's output: the cache keeps
     them on their own, never the whole joined output, so its byte budget bounds the memory it
