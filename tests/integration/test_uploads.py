@@ -244,6 +244,26 @@ def test_a_binary_upload_is_not_a_simple_json_body(client: TestClient, keys: dic
     assert answer.status_code == 400 and answer.json()["field"] == "upload_id"
 
 
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {"parameters": ["binary_data_size", 16]},  # parameters not an object
+        {"name": ["input"]},  # a name not a string
+    ],
+)
+def test_a_binary_upload_with_a_header_of_the_wrong_shape_is_a_400_naming_it(
+    client: TestClient, keys: dict[str, str], echo: Echo, shape: dict[str, Any]
+) -> None:
+    head = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], **shape}], "outputs": 3}).encode()
+    data = head + bytes(16)
+    made = make_upload(client, keys["acme"], deployment="big", content_type="application/octet-stream", size=len(data), header_size=len(head))
+    assert post_form(client, made.json(), data).status_code == 204
+    answer = client.post("/v2/models/big/infer", json={"inputs": [], "parameters": {"upload_id": made.json()["upload_id"]}}, headers=auth(keys["acme"]))
+    assert answer.status_code == 400 and answer.json()["field"] == "upload_id", answer.text
+    assert answer.json()["error"].startswith("the upload's JSON header"), answer.text
+    assert not echo.calls  # nothing handed on
+
+
 def test_the_openapi_schema_has_the_upload_routes(demo: Container) -> None:
     from sluice.api.app import create_app
 
