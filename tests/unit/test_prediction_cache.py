@@ -198,6 +198,29 @@ def test_an_answer_copied_from_the_shared_tier_goes_when_it_goes_there() -> None
     assert cache.get(DEP, "shared") is None
 
 
+def test_an_answer_of_the_shared_tier_past_its_own_expiry_is_not_served() -> None:
+    """A shared tier may keep an answer a little longer than it is good for (DynamoDB's time
+    to live is whole seconds): the expiry the answer carries decides."""
+    now = [1000.0]
+    kept = dump_answer(_answer({"probs": np.zeros(2, dtype=np.float32)}), expires_at=1010.4)
+
+    class Shared:
+        def get_cached_answer(self, tenant: str, deployment: str, key: str, *, now: float) -> bytes | None:
+            return kept if now < 1011 else None  # its expiry rounded up to a second
+
+        def put_cached_answer(self, *args: Any, **kw: Any) -> None: ...
+
+    async def version_of(tenant: str, model: str, version: int) -> ModelVersion:
+        return _answer({}).version
+
+    cache = PredictionCache(Shared(), timer=lambda: now[0], wall=lambda: now[0])
+    now[0] = 1010.3
+    assert asyncio.run(cache.get_shared(DEP, "a", version_of)) is not None
+    now[0] = 1010.6
+    assert asyncio.run(cache.get_shared(DEP, "b", version_of)) is None
+    assert cache.get(DEP, "b") is None
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), datatype=st.sampled_from([*sorted(V2_TO_NUMPY), "BF16"]), shape=st.lists(st.integers(0, 3), max_size=3), swapped=st.booleans())
 def test_every_v2_datatype_reads_back_from_the_shared_tier_as_it_was_kept(data: st.DataObject, datatype: str, shape: list[int], swapped: bool) -> None:

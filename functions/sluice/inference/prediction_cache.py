@@ -276,6 +276,13 @@ class PredictionCache:
             if body is None:
                 return None
             header, outputs = load_answer(body)
+            expires_at = header.get("expires_at")
+            if not isinstance(expires_at, float | int) or isinstance(expires_at, bool):
+                expires_at = None
+            elif expires_at <= self.wall():
+                # Past its own time to live, whatever the tier kept it for (DynamoDB's is whole
+                # seconds): never served, as `put` would not keep it either.
+                return None
             version = await version_of(dep.tenant, header["model"], header["version"])
         except Exception:  # the shared tier is an optimization: never fail a request for it
             get_logger().warning("prediction cache: shared read failed", exc_info=True, extra={"deployment": dep.name})
@@ -291,8 +298,7 @@ class PredictionCache:
             case=header.get("case"),
             models=header.get("models"),
         )
-        expires_at = header.get("expires_at")
-        self.put(dep, key, answer, expires_at=expires_at if isinstance(expires_at, float | int) else None)
+        self.put(dep, key, answer, expires_at=expires_at)
         return answer
 
     async def put_shared(self, dep: Deployment, key: str, answer: Answer) -> None:
