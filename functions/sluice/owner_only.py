@@ -84,14 +84,23 @@ def open_file(path: Path | str, mode: str = "wb", *, buffering: int = -1) -> IO[
     return os.fdopen(descriptor(path, mode), mode, buffering=buffering)
 
 
+def aside(path: Path | str) -> tuple[IO[bytes], Path]:
+    """A new file in `path`'s folder (which must exist), open for writing, 0600, under a name
+    no other writer has, even one in the same process and thread (`mkstemp`): what it holds is
+    put in place by renaming it over `path`, so two writers of one file at once never write
+    into each other's; the caller removes it when it does not."""
+    fd, partial = tempfile.mkstemp(dir=Path(path).parent, prefix=f".{Path(path).name}.", suffix=".tmp")
+    return os.fdopen(fd, "wb"), Path(partial)
+
+
 def write(path: Path | str, data: bytes) -> Path:
     """The whole file, atomically: written aside in the same folder (0600, its folders made as
     `folder` makes them), then renamed over `path`. A reader sees the old file or the new one."""
     path = Path(path)
     folder(path.parent)
-    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # 0600
+    fh, partial = aside(path)
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with fh:
             fh.write(data)
         os.replace(partial, path)
     except BaseException:
@@ -175,7 +184,7 @@ def secure_home(home: Path | str) -> str | None:
 
 __all__ = [
     "EXECUTABLE_MODE", "FILE_MODE", "FOLDER_MODE", "UMASK",
-    "append_lines", "copy", "descriptor", "folder", "open_file", "secure_home", "tighten", "umask", "write",
+    "append_lines", "aside", "copy", "descriptor", "folder", "open_file", "secure_home", "tighten", "umask", "write",
 ]  # fmt: skip
 
 

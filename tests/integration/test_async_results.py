@@ -4,19 +4,25 @@ thread, its store the home's folder) against a container that echoes a fixed ans
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import pytest
 from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
+from sluice.demo import install_demo
 from sluice.runtimes.sagemaker import SageMakerRuntime
-from tests.integration.conftest import auth
+from sluice.settings import Settings
+from sluice.wiring import Container
+from tests.conftest import MODELS
+from tests.integration.conftest import api_keys, app_for, auth
 from tests.integration.traffic_fakes import async_echo
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from sluice.domain import Principal
-    from sluice.wiring import Container
 
 
 @pytest.fixture
@@ -54,6 +60,40 @@ def test_v2_infer_answers_202_too(client: TestClient, keys: dict[str, str], runt
     # queued requests are neither answers nor errors in the deployment's statistics
     stats = client.get("/api/v1/deployments/big/stats", headers=auth(keys["acme"])).json()
     assert (stats["overall"]["requests"], stats["overall"]["errors"]) == (0, 0)
+
+
+@pytest.mark.parametrize("folder", ["Application Support", "josé"])
+def test_results_are_served_from_a_home_whose_path_a_uri_escapes(tmp_path: Path, acme: Principal, folder: str) -> None:
+    """`sluice serve` keeps results in its home, named by file:// URIs, which escape a space or
+    a non-ASCII letter: a home under `~/Library/Application Support` or `/home/josé` serves them."""
+    settings = Settings(mode="local", home=tmp_path / folder / "home", registry="", store="", deployment_cache_ttl_s=0)
+    demo = Container.from_settings(settings)
+    install_demo(demo, acme, MODELS)
+    runtime, _ = async_echo(demo, acme)
+    keys = api_keys(demo)
+    app = app_for(demo)
+    try:
+        with TestClient(app) as client:
+            queued = client.post("/api/v1/predictions", json={"deployment": "big", "inputs": [[1, 2, 3, 4]]}, headers=auth(keys["acme"]))
+            assert queued.status_code == 202, queued.text
+            runtime._queue.shutdown(wait=True)  # type: ignore[union-attr]
+            got = client.get(queued.json()["result"], headers=auth(keys["acme"]))
+            assert got.status_code == 200 and got.json()["status"] == "succeeded", got.text
+
+            # an answer from an upload too large to send in line, kept as a result
+            body = json.dumps({"batch": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]}).encode()
+            upload = client.post("/api/v1/uploads", json={"deployment": "iris", "size": len(body)}, headers=auth(keys["acme"])).json()
+            posted = client.post(upload["url"], data=upload["fields"], files={"file": ("body", body, "application/json")})
+            assert posted.status_code == 204, posted.text
+            settings.limits.max_response_bytes = 64
+            request = {"deployment": "iris", "upload_id": upload["upload_id"]}
+            kept = client.post("/api/v1/predictions", json=request, headers=auth(keys["acme"]), follow_redirects=False)
+            assert kept.status_code == 303, kept.text
+            fetched = client.get(kept.headers["location"], headers=auth(keys["acme"]))
+            assert fetched.status_code == 200 and [p["prediction"] for p in fetched.json()["predictions"]] == ["setosa", "virginica"]
+            assert client.get(kept.headers["location"], headers=auth(keys["globex"])).status_code == 404
+    finally:
+        app.state.container = None
 
 
 def test_the_openapi_schema_has_the_results_route(demo: Container) -> None:

@@ -101,6 +101,30 @@ def test_an_in_process_deployment_reads_and_scores_the_upload(client: TestClient
     assert client.get(kept.headers["location"], headers=auth(keys["globex"])).status_code == 404
 
 
+def test_a_kept_binary_v2_answer_is_read_as_the_one_sent_in_line(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    """A binary v2 answer is split by its JSON header's length; kept as a result (too large to
+    send), it keeps that length: in its content type, which a presigned S3 GET answers too, and
+    on `sluice serve` as the `Inference-Header-Content-Length` an answer sent in line has."""
+    body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4], "data": [6.7, 3.0, 5.2, 2.3] * 2}]}).encode()
+    upload = make_upload(client, keys["acme"], deployment="iris", size=len(body)).json()
+    assert post_form(client, upload, body).status_code == 204
+    request = {"inputs": [], "parameters": {"upload_id": upload["upload_id"], "binary_data_output": True}}
+    sent = client.post("/v2/models/iris/infer", json=request, headers=auth(keys["acme"]))
+    assert sent.status_code == 200, sent.text
+    inline = int(sent.headers["inference-header-content-length"])
+
+    demo.settings.limits.max_response_bytes = 64  # now too large to send: kept, 303
+    kept = client.post("/v2/models/iris/infer", json=request, headers=auth(keys["acme"]), follow_redirects=False)
+    assert kept.status_code == 303, kept.text
+    fetched = client.get(kept.headers["location"], headers=auth(keys["acme"]))
+    assert fetched.status_code == 200
+    length = int(fetched.headers["inference-header-content-length"])
+    assert fetched.headers["content-type"] == f"application/vnd.sagemaker-triton.binary+json;json-header-size={length}"
+    header = json.loads(fetched.content[:length])  # the JSON header, whole, and nothing after it
+    assert [o["name"] for o in header["outputs"]] == [o["name"] for o in json.loads(sent.content[:inline])["outputs"]]
+    assert fetched.content[length:] == sent.content[inline:]  # the tensors' bytes, as sent in line
+
+
 @pytest.mark.parametrize(("depth", "inner"), [(201, "1"), (900, "true"), (1100, "1")])
 def test_a_json_upload_nested_too_deep_to_read_is_a_400_naming_the_member(client: TestClient, keys: dict[str, str], depth: int, inner: str) -> None:
     """An upload's JSON is read as orjson reads it (1,024 levels, the HTTP API's 200 no limit
@@ -218,6 +242,26 @@ def test_a_binary_upload_is_not_a_simple_json_body(client: TestClient, keys: dic
     assert post_form(client, upload, data).status_code == 204
     answer = client.post("/api/v1/predictions", json={"deployment": "big", "upload_id": upload["upload_id"]}, headers=auth(keys["acme"]))
     assert answer.status_code == 400 and answer.json()["field"] == "upload_id"
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {"parameters": ["binary_data_size", 16]},  # parameters not an object
+        {"name": ["input"]},  # a name not a string
+    ],
+)
+def test_a_binary_upload_with_a_header_of_the_wrong_shape_is_a_400_naming_it(
+    client: TestClient, keys: dict[str, str], echo: Echo, shape: dict[str, Any]
+) -> None:
+    head = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], **shape}], "outputs": 3}).encode()
+    data = head + bytes(16)
+    made = make_upload(client, keys["acme"], deployment="big", content_type="application/octet-stream", size=len(data), header_size=len(head))
+    assert post_form(client, made.json(), data).status_code == 204
+    answer = client.post("/v2/models/big/infer", json={"inputs": [], "parameters": {"upload_id": made.json()["upload_id"]}}, headers=auth(keys["acme"]))
+    assert answer.status_code == 400 and answer.json()["field"] == "upload_id", answer.text
+    assert answer.json()["error"].startswith("the upload's JSON header"), answer.text
+    assert not echo.calls  # nothing handed on
 
 
 def test_the_openapi_schema_has_the_upload_routes(demo: Container) -> None:

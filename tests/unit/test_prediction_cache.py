@@ -136,6 +136,24 @@ def test_all_deployments_together_stay_within_the_byte_budget() -> None:
     assert cache.put(wide, "c", answer())
 
 
+def test_string_answers_are_counted_by_their_text_within_both_bounds() -> None:
+    """A text answer (a summary, a generated string) holds its text, not the 8 bytes of a
+    pointer per element NumPy counts: one over the entry limit is not kept, and many of them
+    stay within the container's budget."""
+    cache = PredictionCache(max_entry_bytes=1 << 20, max_bytes=4 << 20)
+    text = lambda size: _answer({"summary": np.array(["x" * size], dtype=object)})  # noqa: E731
+    assert not cache.put(DEP, "long", text(2 << 20))  # one 2 MiB string, over the 1 MiB an answer may hold
+    assert cache.get(DEP, "long") is None
+    assert not cache.put(DEP, "bytes", _answer({"raw": np.array([b"x" * (2 << 20)], dtype=object)}))
+    summaries = Deployment("acme", "summaries", {}, revision=1, cache=CacheSettings(60.0, 100))
+    for i in range(16):  # 16 answers of 512 KiB of text: 8 MiB, twice the 4 MiB budget
+        assert cache.put(summaries, f"k{i}", text(512 << 10))
+    kept = [cache.get(summaries, f"k{i}") for i in range(16)]
+    held = sum(len(answer.result.outputs["summary"][0]) for answer in kept if answer is not None)
+    assert 0 < held <= 4 << 20, held
+    assert kept[-1] is not None  # the newest kept, the least recently used gone
+
+
 def test_an_answer_joined_with_others_holds_only_its_own_rows_within_the_budget() -> None:
     """An answer of adaptive batching is its rows of the joined call's output: the cache keeps
     them on their own, never the whole joined output, so its byte budget bounds the memory it
@@ -178,6 +196,29 @@ def test_an_answer_copied_from_the_shared_tier_goes_when_it_goes_there() -> None
     assert cache.get(DEP, "shared") is answer
     now[0] += 0.2
     assert cache.get(DEP, "shared") is None
+
+
+def test_an_answer_of_the_shared_tier_past_its_own_expiry_is_not_served() -> None:
+    """A shared tier may keep an answer a little longer than it is good for (DynamoDB's time
+    to live is whole seconds): the expiry the answer carries decides."""
+    now = [1000.0]
+    kept = dump_answer(_answer({"probs": np.zeros(2, dtype=np.float32)}), expires_at=1010.4)
+
+    class Shared:
+        def get_cached_answer(self, tenant: str, deployment: str, key: str, *, now: float) -> bytes | None:
+            return kept if now < 1011 else None  # its expiry rounded up to a second
+
+        def put_cached_answer(self, *args: Any, **kw: Any) -> None: ...
+
+    async def version_of(tenant: str, model: str, version: int) -> ModelVersion:
+        return _answer({}).version
+
+    cache = PredictionCache(Shared(), timer=lambda: now[0], wall=lambda: now[0])
+    now[0] = 1010.3
+    assert asyncio.run(cache.get_shared(DEP, "a", version_of)) is not None
+    now[0] = 1010.6
+    assert asyncio.run(cache.get_shared(DEP, "b", version_of)) is None
+    assert cache.get(DEP, "b") is None
 
 
 @settings(max_examples=60, deadline=None)

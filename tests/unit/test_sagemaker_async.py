@@ -18,7 +18,14 @@ from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
 from sluice.domain import ModelVersion, Principal
-from sluice.domain.errors import Accepted, BackendError, BadRequest, NotFound, PayloadTooLarge
+from sluice.domain.errors import (
+    Accepted,
+    BackendError,
+    BadRequest,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+)
 from sluice.domain.signature import Signature, TensorSpec
 from sluice.inference.results import ResultService
 from sluice.runtimes.sagemaker import SageMakerRuntime
@@ -219,6 +226,20 @@ def test_a_record_pointing_outside_the_tenant_is_not_followed(tmp_path: Path) ->
     results.put("acme", rid, RECORD, json.dumps(record).encode())
     with pytest.raises(BackendError):
         ResultService(results).get(ACME, rid)
+
+
+def test_a_result_uri_is_read_as_the_path_it_escapes_and_checked_there(tmp_path: Path) -> None:
+    """A folder under `Application Support` or `josé` is `%20` or `%C3%A9` in its URIs; the
+    tenant's ownership is checked on the path decoded, so an escaped `..` leads nowhere."""
+    results = FolderResults(tmp_path / "Application Support" / "josé")
+    rid = "2" * 32
+    uri = results.put("acme", rid, "output", b"answer", content_type="application/json")
+    assert "%20" in uri and results.read("acme", uri) == (b"answer", "application/json")
+    results.put("globex", rid, "output", b"globex's")
+    sideways = results.uri("acme", rid, "output").replace(f"/acme/{rid}/output", f"/acme/%2E%2E/globex/{rid}/output")
+    assert not results.owns("acme", sideways)
+    with pytest.raises(Forbidden):
+        results.read("acme", sideways)
 
 
 # the local twin: the queue is a thread, the store the folder --------------------------------

@@ -13,6 +13,8 @@ import boto3
 import numpy as np
 import pytest
 from botocore.stub import ANY, Stubber
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from moto import mock_aws
 
 from sluice.codecs.triton import encode_request
@@ -35,7 +37,7 @@ def test_content_types_are_stored_as_sagemaker_triton_takes_them() -> None:
     assert stored_type("application/json", None) == ("application/json", None)
     assert stored_type("application/octet-stream", 120) == (f"{BINARY};json-header-size=120", 120)
     assert stored_type(f"{BINARY};json-header-size=64", None) == (f"{BINARY};json-header-size=64", 64)
-    for given, size, field in [
+    for asked, size, field in [
         ("text/csv", None, "content_type"),
         ("application/octet-stream", None, "header_size"),
         ("application/json", 12, "header_size"),
@@ -43,8 +45,8 @@ def test_content_types_are_stored_as_sagemaker_triton_takes_them() -> None:
         (BINARY, None, "content_type"),
     ]:
         with pytest.raises(BadRequest) as caught:
-            stored_type(given, size)
-        assert caught.value.field == field, given
+            stored_type(asked, size)
+        assert caught.value.field == field, asked
 
 
 # the local form -------------------------------------------------------------------------------
@@ -84,6 +86,37 @@ def test_a_body_is_in_place_only_once_whole_and_within_bounds(tmp_path: Path) ->
     assert store.size("acme", rid) == 4 and store.read("acme", rid, 1, 2) == b"23" and store.read("acme", rid, 2) == b"34"
     with pytest.raises(BadRequest):
         store.record("acme", "../../x")
+
+
+def test_two_posts_of_one_form_at_once_keep_the_last_whole_body(tmp_path: Path) -> None:
+    """A retry of an upload's post while the first still streams, both fed from one thread (as
+    a server's worker pool hands its threads out): neither fails, and the body kept is the last
+    one whole, as S3 keeps the last whole object."""
+    from sluice.api.upload_post import UploadPost
+    from tests.support import FORM_BOUNDARY, upload_form
+
+    store = FolderUploads(tmp_path)
+    rid, size = "d" * 32, 64 * 1024
+    form = store.form("acme", rid, content_type="application/json", max_bytes=size, expires_in=900, base_url="http://h")
+    first_body, second_body = b"A" * size, b"B" * (size // 2)
+    first, second = upload_form(form.fields, first_body), upload_form(form.fields, second_body)
+    kind = f"multipart/form-data; boundary={FORM_BOUNDARY}"
+    a, b = (UploadPost(store, rid, kind, declared=None, max_upload=size) for _ in range(2))
+    cut = len(first) // 2
+    try:
+        a.feed(first[:cut])  # the first post is half way through its file
+        b.feed(second)  # the second arrives whole, and is put in place
+        assert b.complete
+        assert (tmp_path / "uploads/tenants/acme" / rid / "body").read_bytes() == second_body
+        a.feed(first[cut:])  # then the first one's rest
+        assert a.complete
+    finally:
+        a.close()
+        b.close()
+    folder = tmp_path / "uploads/tenants/acme" / rid
+    assert (folder / "body").read_bytes() == first_body
+    assert (folder / "body").stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in folder.iterdir()] == ["body"]  # no partial file left behind
 
 
 # S3 ---------------------------------------------------------------------------------------------
@@ -172,6 +205,11 @@ def test_an_upload_is_handed_to_invoke_endpoint_async_as_it_lies() -> None:
         ({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 16}}]}, 12, "add up"),
         ({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 16}}], "parameters": {"binary_data_output": True}}, 16, "JSON"),
         ({"inputs": {"x": 1}}, 0, "inputs list"),
+        ({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters": ["binary_data_size", 16]}]}, 16, "input 'x' parameters that are not an object"),
+        ({"inputs": [{"name": ["x"], "datatype": "FP32", "shape": [1, 4]}]}, 16, "name is not a string"),
+        ({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": "16"}}]}, 16, "not a whole number"),
+        ({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 16}}], "outputs": 3}, 16, "outputs that are not a list"),
+        ({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 16}}], "parameters": "binary"}, 16, "request parameters"),
     ],
 )
 def test_a_binary_uploads_header_is_checked_before_it_is_handed_on(header: dict[str, Any], tail: int, match: str, tmp_path: Path) -> None:
@@ -182,3 +220,45 @@ def test_a_binary_uploads_header_is_checked_before_it_is_handed_on(header: dict[
     with pytest.raises(InvalidInput, match=match) as caught:
         asyncio.run(runtime.submit_upload(_version(invocation="async"), _upload(data, size, f"{BINARY};json-header-size={size}")))
     assert caught.value.field == "upload_id"
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 2**70) | st.floats(allow_nan=False) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=10,
+)
+_SIZES = st.fixed_dictionaries({}, optional={"binary_data_size": st.integers(0, 16) | JSON, "binary_data": JSON})
+_TENSOR = st.fixed_dictionaries({}, optional={"name": st.just("x") | JSON, "datatype": st.just("FP32") | JSON, "shape": JSON, "parameters": _SIZES | JSON})
+_OUTPUT = st.fixed_dictionaries({}, optional={"name": st.just("y") | JSON, "parameters": _SIZES | JSON})
+HEADERS = JSON | st.fixed_dictionaries(
+    {"inputs": st.lists(_TENSOR | JSON, max_size=2) | JSON},
+    optional={"outputs": st.lists(_OUTPUT | JSON, max_size=2) | JSON, "parameters": st.fixed_dictionaries({}, optional={"binary_data_output": JSON}) | JSON},
+)
+
+
+def _sizes_of(raw: bytes) -> int:
+    """The bytes after the header that a well-formed header of this shape says follow it."""
+    try:
+        header = json.loads(raw)
+    except (ValueError, RecursionError):
+        return 0
+    inputs = header.get("inputs") if isinstance(header, dict) else None
+    params = [i.get("parameters") or {} for i in inputs if isinstance(i, dict)] if isinstance(inputs, list) else []
+    sizes = [p.get("binary_data_size") for p in params if isinstance(p, dict)]
+    return sum(n for n in sizes if type(n) is int and n >= 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=HEADERS.map(lambda h: json.dumps(h).encode()) | st.binary(max_size=12) | st.just(b"[" * 100_000), off=st.sampled_from([0, 0, 0, 1]))
+def test_a_binary_uploads_header_of_any_shape_is_bad_input_or_handed_on(raw: bytes, off: int) -> None:
+    """Whatever the caller's header holds (any JSON, not JSON, JSON nested deeper than the
+    stack), the check before the hand-off accepts it or answers a 4xx naming `upload_id`:
+    never a 500 from a member of another shape than a v2 request's."""
+    from sluice.domain.errors import SluiceError
+    from sluice.runtimes.sagemaker_async import check_upload_header
+
+    data = raw + b"\0" * (_sizes_of(raw) + off)
+    try:
+        check_upload_header(raw, _upload(data, len(raw), f"{BINARY};json-header-size={len(raw)}"), _version(invocation="async"))
+    except SluiceError as exc:
+        assert 400 <= exc.status < 500 and exc.field == "upload_id", (exc.status, exc.message)

@@ -20,8 +20,9 @@ from sluice.api.deps import id_header, request_id
 from sluice.api.edge import JSON_BOOLS, HotRoute
 from sluice.api.present import plain_body, v2_body
 from sluice.api.responses import JSONResponse, errors, lambda_size_over
-from sluice.codecs.binary import binary_outputs, decode_inputs, to_bytes
+from sluice.codecs.binary import HEADER, binary_outputs, decode_inputs, to_bytes
 from sluice.codecs.classification import asked
+from sluice.codecs.triton import BINARY_JSON_CONTENT_TYPE, HEADER_SIZE_PARAMETER
 from sluice.domain.errors import BadRequest
 from sluice.domain.requests import (
     ArrayInputs,
@@ -53,10 +54,19 @@ def _respond(container: Container, content: dict[str, Any], rid: str) -> JSONRes
 
 async def _sent_or_kept(container: Container, principal: Principal, prediction: Prediction, response: Response, rid: str) -> Response:
     """The answer to a request naming an upload: `response`, or where it is too large to send
-    in line, kept as a result: 303 to it."""
+    in line, kept as a result: 303 to it.
+
+    A binary v2 answer cannot be read without its JSON header's length, which travels in a
+    header of the response; a presigned S3 GET answers no header of ours, so the kept answer's
+    content type carries it, as SageMaker's Triton says it (`...binary+json;json-header-size=N`),
+    and `GET /api/v1/results/{id}` sends it back as `Inference-Header-Content-Length` too."""
     if lambda_size_over(response, container.settings.limits.max_response_bytes) is None:
         return response
-    return await asyncio.to_thread(_kept, container, principal, prediction, bytes(response.body), response.media_type or "application/json", rid)
+    header_size = response.headers.get(HEADER)
+    media_type = response.media_type or "application/json"
+    if header_size is not None:
+        media_type = f"{BINARY_JSON_CONTENT_TYPE};{HEADER_SIZE_PARAMETER}={header_size}"
+    return await asyncio.to_thread(_kept, container, principal, prediction, bytes(response.body), media_type, rid)
 
 
 def _kept(container: Container, principal: Principal, prediction: Prediction, body: bytes, media_type: str, rid: str) -> JSONResponse:
@@ -163,7 +173,7 @@ def _respond_binary(container: Container, content: dict[str, Any], which: set[st
     return Response(
         header + b"".join(tail),
         media_type="application/octet-stream",
-        headers={"x-request-id": id_header(rid), "inference-header-content-length": str(len(header))},
+        headers={"x-request-id": id_header(rid), HEADER: str(len(header))},
         background=background,
     )
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import sys
 import threading
 import time
 from dataclasses import KW_ONLY, dataclass, field
@@ -144,6 +145,26 @@ async def route_of(
     return tuple(parts) if await visit(node, 0) else None
 
 
+def held_bytes(outputs: Mapping[str, np.ndarray], limit: int) -> int:
+    """The memory an answer's outputs hold, as the cache's byte bounds count it: an array's
+    buffer and, for a string (object) output, each element's own object too. NumPy's `nbytes`
+    counts an object array's pointers alone, 8 bytes for a string of a megabyte, so text
+    answers would pass any bound. `sys.getsizeof` reads a string's or bytes' size without
+    walking its text, and the count stops once over `limit` (such an answer is not kept), so
+    no more elements are read than an answer within it can hold (each string is 49 bytes or
+    more): this runs for every answer the cache is offered."""
+    total = sum(int(array.nbytes) for array in outputs.values())
+    for array in outputs.values():
+        if array.dtype != object:
+            continue
+        flat = array.ravel()
+        for start in range(0, flat.size, 4096):
+            if total > limit:
+                return total
+            total += sum(map(sys.getsizeof, flat[start : start + 4096].tolist()))
+    return total
+
+
 def _fact(value: Any) -> str:
     from sluice.routing.conditions import OTHER
 
@@ -216,7 +237,7 @@ class PredictionCache:
         if left <= 0:
             return False
         outputs = answer.result.outputs
-        size = max(sum(a.nbytes for a in outputs.values()), 1)
+        size = max(held_bytes(outputs, self.max_entry_bytes), 1)
         if size > self.max_entry_bytes:
             return False
         for name, array in outputs.items():
@@ -255,6 +276,13 @@ class PredictionCache:
             if body is None:
                 return None
             header, outputs = load_answer(body)
+            expires_at = header.get("expires_at")
+            if not isinstance(expires_at, float | int) or isinstance(expires_at, bool):
+                expires_at = None
+            elif expires_at <= self.wall():
+                # Past its own time to live, whatever the tier kept it for (DynamoDB's is whole
+                # seconds): never served, as `put` would not keep it either.
+                return None
             version = await version_of(dep.tenant, header["model"], header["version"])
         except Exception:  # the shared tier is an optimization: never fail a request for it
             get_logger().warning("prediction cache: shared read failed", exc_info=True, extra={"deployment": dep.name})
@@ -270,8 +298,7 @@ class PredictionCache:
             case=header.get("case"),
             models=header.get("models"),
         )
-        expires_at = header.get("expires_at")
-        self.put(dep, key, answer, expires_at=expires_at if isinstance(expires_at, float | int) else None)
+        self.put(dep, key, answer, expires_at=expires_at)
         return answer
 
     async def put_shared(self, dep: Deployment, key: str, answer: Answer) -> None:

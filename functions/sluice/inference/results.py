@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from sluice.codecs.datatypes import v2_of_numpy
-from sluice.codecs.triton import decode_sagemaker_response
+from sluice.codecs.triton import decode_sagemaker_response, header_size_of
 from sluice.domain.errors import BackendError, BadRequest, NotFound, SluiceError
 from sluice.storage.results import RECORD, RESULT_ID, record_bytes
 
@@ -64,6 +64,12 @@ class LargeAnswer:
     path: Path | None
     content_type: str | None
     size: int
+
+    @property
+    def header_size(self) -> int | None:
+        """A binary v2 answer's JSON header length, which its content type carries (a presigned
+        GET answers no header of ours); None for any other answer."""
+        return header_size_of(self.content_type)
 
 
 @dataclass(eq=False, slots=True)

@@ -216,30 +216,60 @@ class AsyncInference:
 
 
 def check_upload_header(header: bytes, upload: Upload, version: ModelVersion) -> None:
-    """An uploaded binary+json body's JSON header, checked before the body is handed on."""
+    """An uploaded binary+json body's JSON header, checked before the body is handed on. The
+    header is the caller's, any JSON at all: whatever is wrong with it is bad input, a 400
+    naming `upload_id` and saying what, never a member of another shape read as if it were
+    the one a v2 request has."""
     try:
         found = json.loads(header)
-    except ValueError:
-        found = None
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the stack reads
+        raise _bad_header(f"(its first {len(header)} bytes, header_size) is not JSON that can be read") from None
     inputs = found.get("inputs") if isinstance(found, dict) else None
     if not isinstance(inputs, list) or not all(isinstance(i, dict) for i in inputs):
-        raise InvalidInput("the upload's JSON header is not a v2 inference request with an inputs list", field="upload_id")
+        raise _bad_header("is not a v2 inference request with an inputs list")
     known = {spec.name for spec in version.signature.inputs}
     tail = 0
     for tensor in inputs:
         name = tensor.get("name")
+        if not isinstance(name, str):
+            raise _bad_header(f"has an input whose name is not a string; this version takes {sorted(known)}")
+        shown = _shown(name)
         if name not in known:
-            raise InvalidInput(f"the upload names input '{name}'; this version takes {sorted(known)}", field="upload_id")
-        size = (tensor.get("parameters") or {}).get("binary_data_size")
-        tail += size if isinstance(size, int) and size >= 0 else 0
+            raise InvalidInput(f"the upload names input '{shown}'; this version takes {sorted(known)}", field="upload_id")
+        params = _object(tensor.get("parameters"), f"input '{shown}'")
+        size = params.get("binary_data_size")
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+            raise _bad_header(f"gives input '{shown}' a binary_data_size that is not a whole number of bytes")
+        tail += size or 0
     if (upload.header_size or 0) + tail != upload.size:
         raise InvalidInput(
             f"the upload is {upload.size} bytes but its header and binary_data_size add up to {(upload.header_size or 0) + tail}",
             field="upload_id",
         )
-    wanted = [found.get("parameters") or {}, *((o.get("parameters") or {}) for o in found.get("outputs") or () if isinstance(o, dict))]
-    if any(p.get("binary_data_output") or p.get("binary_data") for p in wanted if isinstance(p, dict)):
+    outputs = found.get("outputs")
+    if outputs is not None and (not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs)):
+        raise _bad_header("has outputs that are not a list of objects")
+    wanted = [_object(found.get("parameters"), "the request"), *(_object(o.get("parameters"), "an output") for o in outputs or ())]
+    if any(p.get("binary_data_output") or p.get("binary_data") for p in wanted):
         raise InvalidInput(
             "an asynchronous request asks for its outputs as JSON: drop binary_data_output and binary_data from the upload",
             field="upload_id",
         )
+
+
+def _bad_header(what: str) -> InvalidInput:
+    return InvalidInput(f"the upload's JSON header {what}", field="upload_id")
+
+
+def _shown(name: str) -> str:
+    """A name from the header as a message quotes it: the header may be megabytes long."""
+    return name if len(name) <= 64 else name[:64] + "…"
+
+
+def _object(value: Any, whose: str) -> dict[str, Any]:
+    """`parameters` of the header's request, an input or an output: an object, or absent."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad_header(f"gives {whose} parameters that are not an object")
+    return value

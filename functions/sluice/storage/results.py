@@ -21,6 +21,7 @@ from sluice import owner_only
 from sluice.domain.errors import BackendError, Forbidden
 from sluice.domain.locations import unsafe_s3_key
 from sluice.storage.base import on_disk
+from sluice.storage.folder import path_of_file_url
 
 if TYPE_CHECKING:
     from sluice.storage.s3 import S3Store
@@ -95,10 +96,12 @@ class FolderResults:
         return path.as_uri()
 
     def _local(self, uri: str) -> Path:
-        parts = urlsplit(uri)
-        if parts.scheme != "file":
+        """The file a result's URI names. The URI is percent-encoded as `Path.as_uri` wrote it
+        (a home under `Application Support` or `josé` has `%20` or `%C3%A9` in it), so it is
+        decoded before it is resolved; the tenant's ownership is then checked on that real path."""
+        if urlsplit(uri).scheme != "file":
             raise Forbidden("the result lies outside this store", field="result")
-        return Path(parts.path).resolve()
+        return path_of_file_url(uri).resolve()
 
     def owns(self, tenant: str, uri: str) -> bool:
         try:

@@ -26,7 +26,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from sluice import owner_only
 from sluice.domain.errors import BackendError, BadRequest, Forbidden, NotFound, PayloadTooLarge
@@ -194,11 +194,16 @@ class FolderUploads:
     def writer(self, path: Path, least: int, most: int) -> Iterator[BodyWriter]:
         """A file the body is streamed into, put in place by `commit()` only, once whole and
         within bounds; writing past `most` raises PayloadTooLarge. Left without a commit (a
-        client gone, an error), the partial file is removed."""
+        client gone, an error), the partial file is removed.
+
+        Each writer has a file of its own: two posts of one form at once (a retry while the
+        first still streams) may be fed from the same thread, so a name made of the process
+        and thread would be shared and each would write into, or remove, the other's. As on
+        S3, the last whole body put in place wins."""
         with on_disk():  # a full disk under the body: its folder, its writes, its commit
             owner_only.folder(path.parent)
-            partial = path.with_name(f".{BODY}.{os.getpid()}.{threading.get_ident()}")
-            sink = BodyWriter(partial, path, least, most)
+            fh, partial = owner_only.aside(path)
+            sink = BodyWriter(fh, partial, path, least, most)
             try:
                 yield sink
             finally:
@@ -211,8 +216,8 @@ def _no_field(name: str) -> BadRequest:
 
 
 class BodyWriter:
-    def __init__(self, partial: Path, path: Path, least: int, most: int) -> None:
-        self.fh = owner_only.open_file(partial)
+    def __init__(self, fh: IO[bytes], partial: Path, path: Path, least: int, most: int) -> None:
+        self.fh = fh
         self.partial, self.path, self.least, self.most, self.written = partial, path, max(least, 1), most, 0
 
     def write(self, data: bytes) -> int:

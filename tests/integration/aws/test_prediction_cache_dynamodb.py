@@ -76,7 +76,25 @@ def test_an_item_past_its_expiry_is_not_read(aws: None) -> None:
     registry = DynamoRegistry(TABLE, client=OneCallAtATime(client))
     registry.put_cached_answer("acme", "ic", "k1", b"answer", expires_at=1000.4)
     assert registry.get_cached_answer("acme", "ic", "k1", now=1000.0) == b"answer"
+    assert registry.get_cached_answer("acme", "ic", "k1", now=1000.5) is None  # past its expiry, before the whole second DynamoDB's TTL is
     assert registry.get_cached_answer("acme", "ic", "k1", now=1001.0) is None  # DynamoDB may not have removed it yet
     assert registry.get_cached_answer("globex", "ic", "k1", now=1000.0) is None
     registry.put_cached_answer("acme", "ic", "big", b"x" * (MAX_BODY_BYTES + 1), expires_at=2000)
     assert registry.get_cached_answer("acme", "ic", "big", now=1000.0) is None  # over the item limit: not kept
+
+
+def test_a_shared_answer_is_not_served_past_its_ttl(aws: None, tmp_path: Path, acme: Principal) -> None:
+    """The table's time to live is whole seconds; an answer's `ttl_s` is not: another container
+    computes an answer again once its time is up, not up to a second later."""
+    create_table(boto3.client("dynamodb"), TABLE)
+    first, second = container(tmp_path), container(tmp_path)
+    first.models.push(acme, "iris", (MODELS / "iris.onnx").read_bytes())
+    first.deployments.create(acme, "ic", {"kind": "single", "model": "iris", "version": 1}, cache={"ttl_s": 10, "max_entries": 10})
+    computed_at = 2_000_000_000.5
+    first.predictions.cache.wall = lambda: computed_at  # type: ignore[union-attr]
+    assert not predict(first, acme).cached  # kept in the shared tier until computed_at + 10
+    second.predictions.cache.wall = lambda: computed_at + 9.9  # type: ignore[union-attr]
+    assert predict(second, acme).cached
+    third = container(tmp_path)
+    third.predictions.cache.wall = lambda: computed_at + 10.2  # type: ignore[union-attr]  # 0.2 s past its ttl
+    assert not predict(third, acme).cached

@@ -158,6 +158,31 @@ def test_an_in_process_deployment_scores_an_upload_from_s3(app: tuple[Any, Conta
     assert too_big["statusCode"] == 413 and answer(too_big)["field"] == "size"
 
 
+def test_a_kept_binary_answer_fetched_from_s3_says_its_header_length(app: tuple[Any, Container, Stubber]) -> None:
+    """A presigned GET answers S3's headers, never ours: a binary v2 answer kept there says its
+    JSON header's length in its content type, or the header could not be told from the tensors."""
+    handler, container, _ = app
+    body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4], "data": [6.7, 3.0, 5.2, 2.3] * 2}]}).encode()
+    upload = answer(handler(event("api_rest_create_upload.json", {"deployment": "iris", "size": len(body)}), LambdaContext()))
+    assert requests.post(upload["url"], data=upload["fields"], files={"file": ("b", body)}, timeout=10).status_code == 204
+    infer = event("api_rest_predict.json", {"inputs": [], "parameters": {"upload_id": upload["upload_id"], "binary_data_output": True}}, path="/v2/models/iris/infer")
+    sent = handler(infer, LambdaContext())
+    assert sent["statusCode"] == 200 and sent["isBase64Encoded"], sent
+    container.settings.limits.max_response_bytes = len(sent["body"]) - 1  # now too large to send: kept, 303
+    kept = handler(infer, LambdaContext())
+    assert kept["statusCode"] == 303, kept
+    redirected = handler(event("api_rest_get_result.json", path=answer(kept)["result"]), LambdaContext())
+    assert redirected["statusCode"] == 303, redirected
+    fetched = requests.get(headers_of(redirected)["location"], timeout=10)
+    kind, _, size = fetched.headers["content-type"].partition(";json-header-size=")
+    assert kind == "application/vnd.sagemaker-triton.binary+json", fetched.headers
+    header = json.loads(fetched.content[: int(size)])  # the JSON header, whole, and nothing after it
+    inline = base64.b64decode(sent["body"])
+    tail = inline[int(headers_of(sent)["inference-header-content-length"]) :]
+    assert sum(o["parameters"]["binary_data_size"] for o in header["outputs"]) == len(tail)
+    assert fetched.content[int(size) :] == tail  # the tensors' bytes, as sent in line
+
+
 def test_forms_are_signed_by_the_tenants_upload_role(aws: None) -> None:
     """With a signer role, the form is signed with credentials of that role assumed for the
     tenant (session tag `tenant`), not with the function's own."""

@@ -572,6 +572,10 @@ def test_cached_answers_are_kept_per_tenant_and_deployment_until_they_expire(reg
     assert registry.get_cached_answer(B, "scoring", "k1", now=1000.0) is None
     registry.put_cached_answer(A, "scoring", "k1", b"newer", expires_at=3000.0)
     assert registry.get_cached_answer(A, "scoring", "k1", now=2500.0) == b"newer"
+    # to the fraction of a second: an answer is never read past its time to live
+    registry.put_cached_answer(A, "scoring", "k3", body, expires_at=3000.25)
+    assert registry.get_cached_answer(A, "scoring", "k3", now=3000.2) == body
+    assert registry.get_cached_answer(A, "scoring", "k3", now=3000.3) is None
 
 
 def test_a_deployments_cache_settings_round_trip(registry: Registry) -> None:

@@ -26,7 +26,7 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
 - reward given for it: the same pk, `sk=REWARD` (written once per deployment made under the
   name, conditionally); also `made` and `expires_at`
 - cached answer (prediction cache, shared tier): `pk=T#<tenant>#D#<name>#A#<key>`, `sk=ANSWER`;
-  also `body` (bytes) and `expires_at`
+  also `body` (bytes), `expires_at` (whole seconds, the time to live) and `expires_at_exact`
 - WebSocket messages counted in a window: `pk=T#<tenant>#W#<connection id>`, `sk=N#<window>`;
   also `n` and `expires_at`
 - API key: `pk=K#<key id>`, `sk=KEY`
