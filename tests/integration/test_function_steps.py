@@ -444,3 +444,96 @@ def test_a_modules_slow_first_load_holds_up_no_other_tenants_function(world: Wor
             return before, during
 
     assert asyncio.run(calls()) == (200, 200)
+
+
+ODD_ANSWERS = '''
+import pathlib
+import time
+
+import numpy as np
+
+
+class Raises:
+    def __array__(self, dtype=None, copy=None):
+        raise RuntimeError("tenant bug")
+
+
+class Slow:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __array__(self, dtype=None, copy=None):
+        pathlib.Path(__file__).with_name("reading").touch()
+        time.sleep(3)
+        return np.zeros((self.rows, 2), np.float32)
+
+
+def raises(inputs):
+    return {"embedding": Raises()}
+
+
+def slow(inputs):
+    return {"embedding": Slow(len(inputs["raw"]))}
+
+
+def complex_(inputs):
+    return {"embedding": np.full((len(inputs["raw"]), 2), 1 + 5j)}
+
+
+def dates(inputs):
+    return {"embedding": np.full((len(inputs["raw"]), 2), np.datetime64("2024-01-01"))}
+'''
+
+
+@pytest.mark.parametrize(
+    ("function", "words"),
+    [
+        ("raises", "answered something that could not be read (RuntimeError)"),
+        ("complex_", "answered output 'embedding' with values that are not FP32"),  # not cut to its real part
+        ("dates", "answered output 'embedding' with values that are not FP32"),  # not read as days since 1970
+    ],
+)
+def test_a_module_answer_that_cannot_be_read_or_is_no_fp32_is_a_502_naming_the_step(world: World, function: str, words: str) -> None:
+    (world.folder / "acme" / "odd_answers.py").write_text(ODD_ANSWERS)
+    assert world.save(f"odd-{function}", chain(f"odd_answers:{function}")).status_code in (200, 201)
+    r = world.predict(f"odd-{function}", ROWS)
+    assert r.status_code == 502, r.text
+    assert r.json()["details"]["step"] == "features" and r.json()["error"] == f"step 'features': function odd_answers:{function} {words}"
+
+
+def test_a_module_answer_slow_to_read_is_held_to_the_steps_timeout_and_holds_up_no_other_tenant(world: World) -> None:
+    """Reading the tenant's answer runs its code (an `__array__`): in its own thread, within
+    the step's timeout, while another tenant's request is answered meanwhile."""
+    import asyncio
+    import threading
+    import time
+
+    import httpx
+
+    reading = world.folder / "acme" / "reading"
+    (world.folder / "acme" / "odd_answers.py").write_text(ODD_ANSWERS)
+    assert world.save("odd-slow", chain("odd_answers:slow", timeout_s=0.2)).status_code in (200, 201)
+    assert world.save("plain", {"kind": "single", "model": "score", "version": 1}, world.globex).status_code in (200, 201)
+
+    async def calls() -> tuple[int, float]:
+        loop = asyncio.get_running_loop()
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=world.client.app), base_url="http://sluice") as client:
+            took: list[float] = []
+
+            def globex_while_acme_is_read() -> None:  # another thread: sends globex's request once acme's answer is being read
+                while not reading.exists():
+                    time.sleep(0.005)
+                started = time.monotonic()
+                plain = asyncio.run_coroutine_threadsafe(client.post("/api/v1/predictions", json={"deployment": "plain", "inputs": {"embedding": [[1, 2]]}}, headers=world.globex), loop)
+                assert plain.result(30).status_code == 200
+                took.append(time.monotonic() - started)
+
+            other = threading.Thread(target=globex_while_acme_is_read)
+            other.start()
+            slow = await client.post("/api/v1/predictions", json={"deployment": "odd-slow", "batch": [{"raw": ROWS[0]}]}, headers=world.acme)
+            await asyncio.to_thread(other.join, 30)
+            return slow.status_code, took[0]
+
+    status, globex_took = asyncio.run(calls())
+    assert status == 504  # the step's timeout, though the answer was still being read
+    assert globex_took < 1.5  # not the 3 s acme's answer takes to read

@@ -76,8 +76,15 @@ def test_an_answer_is_cast_only_where_no_value_changes(datatype: str, values: li
         ("BYTES", np.array([{"a": 1}, None, 3], dtype=object)),
         ("FP32", np.array([1e300, 5.0])),
         ("INT64", np.array([2.0**63])),
+        ("FP64", np.array([1 + 5j, 2 + 0j])),
+        ("FP32", np.array([3 + 0j])),
+        ("INT64", np.array(["2024-01-01"], dtype="datetime64[D]")),
+        ("FP64", np.array([5], dtype="timedelta64[s]")),
+        ("BOOL", np.array([1 + 0j, 0j])),
+        ("BYTES", np.array([1 + 5j])),
     ],
-    ids=["floats-as-bool", "floats-as-text", "objects-as-text", "past-fp32", "past-int64"],
+    ids=["floats-as-bool", "floats-as-text", "objects-as-text", "past-fp32", "past-int64",
+         "complex-as-fp64", "real-complex-as-fp32", "dates-as-int64", "durations-as-fp64", "complex-as-bool", "complex-as-text"],
 )
 def test_an_answer_of_another_type_is_refused(datatype: str, values: np.ndarray) -> None:
     assert answered(datatype, values) is None
