@@ -276,6 +276,24 @@ def test_a_lambda_step_that_fails_or_answers_wrongly_fails_the_request_naming_th
     assert error["details"]["step"] == "features" and "secret detail" not in r.text
 
 
+@pytest.mark.parametrize(
+    ("payload", "words"),
+    [
+        (json.dumps({"outputs": [{"name": "embedding", "datatype": "FP32", "shape": [True], "data": [0.0]}]}).encode(), "shape must be a list of non-negative integers"),
+        (b'{"outputs": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", "answered JSON nested too deep to read"),
+        (json.dumps({"outputs": [{"name": "embedding", "datatype": "FP32", "shape": [2, 2], "data": [1e300, 0.0, 0.0, 0.0]}]}).encode(), "'embedding' is not a list of FP32 values"),
+    ],
+    ids=["boolean-shape", "deeply-nested", "past-fp32-range"],
+)
+def test_a_malformed_or_out_of_range_lambda_answer_is_a_502_naming_the_step_not_the_callers_fault(world: World, payload: bytes, words: str) -> None:
+    """Not a 500, nor FP32's infinity for 1e300 that the model after it would refuse as the caller's 400."""
+    assert world.save("remote", chain(ACME_ARN)).status_code in (200, 201)
+    world.answers(payload)
+    r = world.predict("remote", ROWS)
+    assert r.status_code == 502, r.text
+    assert r.json()["details"]["step"] == "features" and words in r.json()["error"], r.json()
+
+
 def test_a_module_step_that_answers_late_or_wrongly_fails_naming_the_step(world: World) -> None:
     assert world.save("short", chain("features:one_row_short")).status_code in (200, 201)
     r = world.predict("short", ROWS)
