@@ -555,3 +555,25 @@ def test_a_module_answer_slow_to_read_is_held_to_the_steps_timeout_and_holds_up_
     status, globex_took = asyncio.run(calls())
     assert status == 504  # the step's timeout, though the answer was still being read
     assert globex_took < 1.5  # not the 3 s acme's answer takes to read
+
+
+NAN_LABELS = '''
+import numpy as np
+
+
+def nan_label(inputs):
+    return {"label": np.full(len(inputs["score"]), np.nan, np.float32)}
+'''
+
+
+def test_a_majority_vote_over_a_members_nan_labels_is_a_502_naming_the_member(world: World) -> None:
+    def member(name: str) -> dict[str, Any]:
+        label = {"kind": "function", "function": "labels:nan_label", "inputs": [{"name": "score", "datatype": "FP32", "shape": [-1, 1]}],
+                 "outputs": [{"name": "label", "datatype": "FP32", "shape": [-1], "role": "label"}]}  # fmt: skip
+        return {"name": name, "target": {"kind": "sequence", "steps": [{"name": "score", "target": {"model": "score", "version": 1}}, {"name": "label", "target": label}]}}
+
+    (world.folder / "acme" / "labels.py").write_text(NAN_LABELS)
+    assert world.save("votes", {"kind": "ensemble", "aggregator": "majority", "members": [member("a"), member("b")]}).status_code in (200, 201)
+    r = world.client.post("/api/v1/predictions", json={"deployment": "votes", "batch": [{"embedding": [1, 2]}]}, headers=world.acme)
+    assert r.status_code == 502, r.text
+    assert r.json()["details"]["member"] == "a" and "member 'a' answered a NaN label" in r.json()["error"]
