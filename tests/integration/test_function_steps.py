@@ -276,6 +276,24 @@ def test_a_lambda_step_that_fails_or_answers_wrongly_fails_the_request_naming_th
     assert error["details"]["step"] == "features" and "secret detail" not in r.text
 
 
+@pytest.mark.parametrize(
+    ("payload", "words"),
+    [
+        (json.dumps({"outputs": [{"name": "embedding", "datatype": "FP32", "shape": [True], "data": [0.0]}]}).encode(), "shape must be a list of non-negative integers"),
+        (b'{"outputs": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", "answered JSON nested too deep to read"),
+        (json.dumps({"outputs": [{"name": "embedding", "datatype": "FP32", "shape": [2, 2], "data": [1e300, 0.0, 0.0, 0.0]}]}).encode(), "'embedding' is not a list of FP32 values"),
+    ],
+    ids=["boolean-shape", "deeply-nested", "past-fp32-range"],
+)
+def test_a_malformed_or_out_of_range_lambda_answer_is_a_502_naming_the_step_not_the_callers_fault(world: World, payload: bytes, words: str) -> None:
+    """Not a 500, nor FP32's infinity for 1e300 that the model after it would refuse as the caller's 400."""
+    assert world.save("remote", chain(ACME_ARN)).status_code in (200, 201)
+    world.answers(payload)
+    r = world.predict("remote", ROWS)
+    assert r.status_code == 502, r.text
+    assert r.json()["details"]["step"] == "features" and words in r.json()["error"], r.json()
+
+
 def test_a_module_step_that_answers_late_or_wrongly_fails_naming_the_step(world: World) -> None:
     assert world.save("short", chain("features:one_row_short")).status_code in (200, 201)
     r = world.predict("short", ROWS)
@@ -444,3 +462,118 @@ def test_a_modules_slow_first_load_holds_up_no_other_tenants_function(world: Wor
             return before, during
 
     assert asyncio.run(calls()) == (200, 200)
+
+
+ODD_ANSWERS = '''
+import pathlib
+import time
+
+import numpy as np
+
+
+class Raises:
+    def __array__(self, dtype=None, copy=None):
+        raise RuntimeError("tenant bug")
+
+
+class Slow:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __array__(self, dtype=None, copy=None):
+        pathlib.Path(__file__).with_name("reading").touch()
+        time.sleep(3)
+        return np.zeros((self.rows, 2), np.float32)
+
+
+def raises(inputs):
+    return {"embedding": Raises()}
+
+
+def slow(inputs):
+    return {"embedding": Slow(len(inputs["raw"]))}
+
+
+def complex_(inputs):
+    return {"embedding": np.full((len(inputs["raw"]), 2), 1 + 5j)}
+
+
+def dates(inputs):
+    return {"embedding": np.full((len(inputs["raw"]), 2), np.datetime64("2024-01-01"))}
+'''
+
+
+@pytest.mark.parametrize(
+    ("function", "words"),
+    [
+        ("raises", "answered something that could not be read (RuntimeError)"),
+        ("complex_", "answered output 'embedding' with values that are not FP32"),  # not cut to its real part
+        ("dates", "answered output 'embedding' with values that are not FP32"),  # not read as days since 1970
+    ],
+)
+def test_a_module_answer_that_cannot_be_read_or_is_no_fp32_is_a_502_naming_the_step(world: World, function: str, words: str) -> None:
+    (world.folder / "acme" / "odd_answers.py").write_text(ODD_ANSWERS)
+    assert world.save(f"odd-{function}", chain(f"odd_answers:{function}")).status_code in (200, 201)
+    r = world.predict(f"odd-{function}", ROWS)
+    assert r.status_code == 502, r.text
+    assert r.json()["details"]["step"] == "features" and r.json()["error"] == f"step 'features': function odd_answers:{function} {words}"
+
+
+def test_a_module_answer_slow_to_read_is_held_to_the_steps_timeout_and_holds_up_no_other_tenant(world: World) -> None:
+    """Reading the tenant's answer runs its code (an `__array__`): in its own thread, within
+    the step's timeout, while another tenant's request is answered meanwhile."""
+    import asyncio
+    import threading
+    import time
+
+    import httpx
+
+    reading = world.folder / "acme" / "reading"
+    (world.folder / "acme" / "odd_answers.py").write_text(ODD_ANSWERS)
+    assert world.save("odd-slow", chain("odd_answers:slow", timeout_s=0.2)).status_code in (200, 201)
+    assert world.save("plain", {"kind": "single", "model": "score", "version": 1}, world.globex).status_code in (200, 201)
+
+    async def calls() -> tuple[int, float]:
+        loop = asyncio.get_running_loop()
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=world.client.app), base_url="http://sluice") as client:
+            took: list[float] = []
+
+            def globex_while_acme_is_read() -> None:  # another thread: sends globex's request once acme's answer is being read
+                while not reading.exists():
+                    time.sleep(0.005)
+                started = time.monotonic()
+                plain = asyncio.run_coroutine_threadsafe(client.post("/api/v1/predictions", json={"deployment": "plain", "inputs": {"embedding": [[1, 2]]}}, headers=world.globex), loop)
+                assert plain.result(30).status_code == 200
+                took.append(time.monotonic() - started)
+
+            other = threading.Thread(target=globex_while_acme_is_read)
+            other.start()
+            slow = await client.post("/api/v1/predictions", json={"deployment": "odd-slow", "batch": [{"raw": ROWS[0]}]}, headers=world.acme)
+            await asyncio.to_thread(other.join, 30)
+            return slow.status_code, took[0]
+
+    status, globex_took = asyncio.run(calls())
+    assert status == 504  # the step's timeout, though the answer was still being read
+    assert globex_took < 1.5  # not the 3 s acme's answer takes to read
+
+
+NAN_LABELS = '''
+import numpy as np
+
+
+def nan_label(inputs):
+    return {"label": np.full(len(inputs["score"]), np.nan, np.float32)}
+'''
+
+
+def test_a_majority_vote_over_a_members_nan_labels_is_a_502_naming_the_member(world: World) -> None:
+    def member(name: str) -> dict[str, Any]:
+        label = {"kind": "function", "function": "labels:nan_label", "inputs": [{"name": "score", "datatype": "FP32", "shape": [-1, 1]}],
+                 "outputs": [{"name": "label", "datatype": "FP32", "shape": [-1], "role": "label"}]}  # fmt: skip
+        return {"name": name, "target": {"kind": "sequence", "steps": [{"name": "score", "target": {"model": "score", "version": 1}}, {"name": "label", "target": label}]}}
+
+    (world.folder / "acme" / "labels.py").write_text(NAN_LABELS)
+    assert world.save("votes", {"kind": "ensemble", "aggregator": "majority", "members": [member("a"), member("b")]}).status_code in (200, 201)
+    r = world.client.post("/api/v1/predictions", json={"deployment": "votes", "batch": [{"embedding": [1, 2]}]}, headers=world.acme)
+    assert r.status_code == 502, r.text
+    assert r.json()["details"]["member"] == "a" and "member 'a' answered a NaN label" in r.json()["error"]

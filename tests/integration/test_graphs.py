@@ -219,6 +219,25 @@ def test_a_switch_on_a_request_parameter_through_simple_json_and_the_open_infere
     assert r.status_code == 422 and r.json()["field"].startswith("parameters.priority")  # simple JSON's are strings, numbers or booleans
 
 
+def test_a_switch_on_a_customer_id_past_2_53_tells_it_from_its_neighbour(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    """Ids past 2**53 are told apart in a parameter and a header alike (as floats the two
+    below are one number)."""
+    client, headers = http
+    vip = {"any": [{"field": "parameters.customer", "op": "==", "value": 9007199254740993}, {"field": "headers.x-customer", "op": "==", "value": 9007199254740993}]}
+    graphs.deployments.create(acme, "vip", {"kind": "switch", "cases": [{"name": "vip", "when": vip, "target": single("iris", 1)}], "default": single("iris", 2)})
+    body = {"deployment": "vip", "inputs": ROWS[1:]}
+    cases = [
+        client.post("/api/v1/predictions", json={**body, "parameters": {"customer": 9007199254740993}}, headers=headers).json()["case"],
+        client.post("/api/v1/predictions", json={**body, "parameters": {"customer": 9007199254740992}}, headers=headers).json()["case"],
+        client.post("/api/v1/predictions", json=body, headers={**headers, "x-customer": "9007199254740993"}).json()["case"],
+        client.post("/api/v1/predictions", json=body, headers={**headers, "x-customer": "9007199254740992"}).json()["case"],
+    ]
+    assert cases == ["vip", "default", "vip", "default"]
+    tensor = {"name": "input", "datatype": "FP32", "shape": [1, 4], "data": ROWS[1]}
+    v2 = [client.post("/v2/models/vip/infer", json={"inputs": [tensor], "parameters": {"customer": c}}, headers=headers).json()["parameters"]["case"] for c in (9007199254740993, 9007199254740994)]
+    assert v2 == ["vip", "default"]
+
+
 def test_a_switch_on_feature_values_routes_each_row_and_puts_the_rows_back_in_order(http: tuple[TestClient, dict[str, str]]) -> None:
     client, headers = http
     rows = [ROWS[1], ROWS[0], ROWS[1]]

@@ -135,3 +135,21 @@ def test_rows_are_the_leading_dimension_and_a_scalar_is_one(shape: list[int], ot
     arrays = {"a": first, **{f"o{i}": np.zeros((7,)) for i in range(others)}}
     assert rows_of(arrays) == (shape[0] if shape else 1)
     assert rows_of({}) == 0
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [np.array([0.0, np.nan], dtype=np.float32), np.array(["cat", float("nan")], dtype=object), np.array(["cat", np.float32("nan")], dtype=object)],
+    ids=["fp32", "object-float", "object-numpy-float"],
+)
+def test_a_majority_vote_refuses_a_nan_label_naming_its_member(labels: np.ndarray) -> None:
+    """A NaN is no class (it equals no label, itself included): the member that answered it
+    fails the vote as a 502 naming it, never a 500 from counting it."""
+    from sluice.domain.errors import BackendError
+
+    voter = Signature(INPUTS, (TensorSpec("label", "FP32", (-1,), role="label"),))
+    good = Answer("good", 1.0, voter, InferenceResult({"label": np.array([0.0, 1.0], dtype=np.float32)}))
+    odd = Answer("odd", 1.0, voter, InferenceResult({"label": labels}))
+    with pytest.raises(BackendError) as refused:
+        aggregate("majority", [good, odd])
+    assert (refused.value.status, refused.value.details["member"]) == (502, "odd") and "member 'odd'" in refused.value.message

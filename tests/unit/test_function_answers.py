@@ -3,16 +3,18 @@ a property test against Python's own exact comparison of floats with integers.""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sluice.codecs.datatypes import V2_TO_NUMPY
-from sluice.domain.errors import BackendError
+from sluice.codecs.function_payloads import decode_answer
+from sluice.domain.errors import BackendError, SluiceError
 from sluice.domain.functions import Function
 from sluice.runtimes.functions import check_answer
 
@@ -76,8 +78,15 @@ def test_an_answer_is_cast_only_where_no_value_changes(datatype: str, values: li
         ("BYTES", np.array([{"a": 1}, None, 3], dtype=object)),
         ("FP32", np.array([1e300, 5.0])),
         ("INT64", np.array([2.0**63])),
+        ("FP64", np.array([1 + 5j, 2 + 0j])),
+        ("FP32", np.array([3 + 0j])),
+        ("INT64", np.array(["2024-01-01"], dtype="datetime64[D]")),
+        ("FP64", np.array([5], dtype="timedelta64[s]")),
+        ("BOOL", np.array([1 + 0j, 0j])),
+        ("BYTES", np.array([1 + 5j])),
     ],
-    ids=["floats-as-bool", "floats-as-text", "objects-as-text", "past-fp32", "past-int64"],
+    ids=["floats-as-bool", "floats-as-text", "objects-as-text", "past-fp32", "past-int64",
+         "complex-as-fp64", "real-complex-as-fp32", "dates-as-int64", "durations-as-fp64", "complex-as-bool", "complex-as-text"],
 )
 def test_an_answer_of_another_type_is_refused(datatype: str, values: np.ndarray) -> None:
     assert answered(datatype, values) is None
@@ -93,3 +102,53 @@ def test_text_and_plain_numbers_are_taken_as_they_are_declared() -> None:
     assert answered("BOOL", np.array([True, False])).tolist() == [True, False]  # type: ignore[union-attr]
     assert answered("INT32", np.array([3.0, -2.0])).tolist() == [3, -2]  # type: ignore[union-attr]
     assert answered("FP32", np.array([0.5, 7])).dtype == np.float32  # type: ignore[union-attr]
+
+
+JSON_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.sampled_from([1e300, -1e39, 70000.0, 2**63, 2**64, -(2**63) - 1, 10**400]), st.text(max_size=4))
+JSON = st.recursive(JSON_LEAVES, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=12)
+SIZES = st.one_of(st.integers(-1, 4), st.booleans(), st.floats(0, 3), st.sampled_from([2**62, 2**63, 2**64, 10**30]))
+TENSORS = st.fixed_dictionaries(
+    {"name": st.sampled_from(["out", "other"]), "shape": st.one_of(st.lists(SIZES, max_size=3), JSON)},
+    optional={"datatype": st.one_of(st.sampled_from([*V2_TO_NUMPY, "BF16", "fp32"]), JSON), "data": st.one_of(JSON, st.lists(JSON_LEAVES, max_size=6))},
+)
+ANSWERS = st.one_of(
+    JSON,
+    st.fixed_dictionaries({"outputs": st.one_of(st.lists(st.one_of(TENSORS, JSON), max_size=3), JSON)}),
+    st.fixed_dictionaries({"arrow": st.one_of(JSON, st.sampled_from(["", "QUJD", "not base64!"]))}),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=ANSWERS, datatype=st.sampled_from(["FP32", "FP64", "INT32", "INT64", "BOOL", "BYTES"]), shape=st.sampled_from([[-1], [-1, 2]]), rows=st.integers(0, 3))
+@example(body={"outputs": [{"name": "out", "datatype": "FP32", "shape": [True], "data": [0.0]}]}, datatype="FP32", shape=[-1], rows=1)
+@example(body={"outputs": [{"name": "out", "datatype": "FP32", "shape": [1], "data": [1e300]}]}, datatype="FP32", shape=[-1], rows=1)
+@example(body={"outputs": [{"name": "out", "datatype": "FP16", "shape": [1], "data": [70000]}]}, datatype="FP32", shape=[-1], rows=1)
+def test_a_lambda_answer_whatever_its_json_is_taken_or_a_502(body: Any, datatype: str, shape: list[int], rows: int) -> None:
+    """Whatever JSON a Lambda function answers, the step takes it as declared or fails as the
+    function's fault (502): never another error (a 500), nor a value past its type's range
+    read as an infinity."""
+    node = Function.model_validate({
+        "kind": "function", "function": "features:f",
+        "inputs": [{"name": "raw", "datatype": "FP32", "shape": [-1]}],
+        "outputs": [{"name": "out", "datatype": datatype, "shape": shape}],
+    })  # fmt: skip
+    try:
+        decoded = decode_answer(json.dumps(body).encode(), what="function features:f")
+        out = check_answer(node, decoded, rows)["out"]
+    except SluiceError as error:
+        assert error.status == 502, error
+        return
+    assert out.dtype == V2_TO_NUMPY[datatype] and out.shape[0] == rows
+    sent = next(t["data"] for t in reversed(body["outputs"]) if isinstance(t, dict) and t.get("name") == "out")
+    infinities = sum(1 for v in np.asarray(sent, dtype=object).reshape(-1).tolist() if isinstance(v, float) and math.isinf(v))
+    assert np.isinf(out).sum() == (infinities if datatype in ("FP32", "FP64") else 0)  # each one an infinity in the JSON, never 1e300
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"outputs": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", b'{"outputs": [{"name": "out", "datatype": "FP32", "shape": [1], "data": ' + b"[" * 900 + b"0" + b"]" * 900 + b"}]}"],
+    ids=["outputs", "data"],
+)
+def test_a_lambda_answer_nested_past_any_parsers_stack_is_a_502(raw: bytes) -> None:
+    with pytest.raises(BackendError, match="nested too deep to read"):
+        decode_answer(raw, what="function features:f")

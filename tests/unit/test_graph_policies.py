@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sluice.domain.errors import InvalidInput, InvalidRequest
@@ -235,3 +235,30 @@ def test_an_integer_past_every_float_is_compared_exactly_with_input_and_paramete
     for row, e in zip(x[:, 0].tolist(), expected, strict=True):
         if math.isfinite(row):
             assert decide(by_parameter, Facts(1, None, {}, {}, {}, {"p": row})).tolist() == [0 if e else 1]
+
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(found=INT64, delta=st.integers(min_value=-2, max_value=2), op=st.sampled_from(list(COMPARED)), wanted_as_float=st.booleans())
+@example(found=9007199254740993, delta=0, op="==", wanted_as_float=False)
+@example(found=9007199254740993, delta=-1, op="==", wanted_as_float=False)
+@example(found=2**63 - 1, delta=1, op="<", wanted_as_float=False)
+@example(found=9007199254740993, delta=0, op="<", wanted_as_float=True)
+def test_a_whole_number_header_parameter_or_key_compares_exactly(found: int, delta: int, op: str, wanted_as_float: bool) -> None:
+    """An id past 2**53 in a header, a parameter or the routing key is told from its neighbours,
+    as the same id in an input is: a whole number is compared as an integer, never rounded to
+    a float first (a float in the policy compares with it as Python compares them, exactly)."""
+    wanted: Any = found + delta
+    if wanted_as_float:
+        wanted = float(wanted)
+    expected = [0] if COMPARED[op](found, wanted) else [1]
+    for field, given_facts in [
+        ("parameters.customer", Facts(1, None, {}, {}, {}, {"customer": found})),
+        ("parameters.customer", Facts(1, None, {}, {}, {}, {"customer": str(found)})),
+        ("headers.x-customer", Facts(1, None, {"x-customer": str(found)}, {}, {})),
+        ("routing_key", Facts(1, str(found), {}, {}, {})),
+    ]:
+        when = conditions(switch(("hit", {"field": field, "op": op, "value": wanted})))
+        assert decide(when, given_facts).tolist() == expected, field

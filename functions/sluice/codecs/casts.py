@@ -24,7 +24,7 @@ def cast_exact(array: np.ndarray, datatype: str, dtype: np.dtype, *, answer: boo
         if not answer and array.dtype.kind in "iuf":
             return array.astype(object)
         raise TypeError("not text")
-    if array.dtype == object or array.dtype.kind in "US":
+    if array.dtype.kind not in "biuf":  # text, objects, and numbers of no tensor type: complex (its imaginary part would be dropped), dates, durations
         raise TypeError("not numeric")
     if datatype == "BOOL" and (array.dtype.kind not in "biuf" or not np.isin(array, (0, 1)).all()):
         raise TypeError("not a boolean")  # 0.25 is no more true than false; 1.0 is true

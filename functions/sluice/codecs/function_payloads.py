@@ -93,6 +93,8 @@ def decode_answer(raw: bytes, *, what: str) -> dict[str, np.ndarray]:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise BackendError(f"{what} answered something that is not JSON") from None
+    except RecursionError:  # nested deeper than the parser's stack: no tensor nests so
+        raise BackendError(f"{what} answered JSON nested too deep to read") from None
     if not isinstance(body, dict):
         raise BackendError(f"{what} answered {type(body).__name__}, not an object with 'outputs' (or 'arrow')")
     if "arrow" in body:
@@ -109,7 +111,9 @@ def decode_answer(raw: bytes, *, what: str) -> dict[str, np.ndarray]:
             raise BackendError(f"{what} answered outputs[{i}], which is not a tensor {{name, datatype, shape, data}}")
         name = tensor["name"]
         try:
-            arrays[name] = decode_tensor(name, str(tensor.get("datatype")), tensor["shape"], tensor.get("data"), field=f"outputs.{name}")
+            arrays[name] = decode_tensor(name, str(tensor.get("datatype")), tensor["shape"], tensor.get("data"), field=f"outputs.{name}", exact=True)
         except InvalidInput as exc:
             raise BackendError(f"{what} answered a malformed output: {exc.message}") from None
+        except RecursionError:
+            raise BackendError(f"{what} answered output '{name}' nested too deep to read") from None
     return arrays

@@ -12,15 +12,18 @@ from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, holds_bool, v2_of_
 from sluice.domain.errors import BadRequest, InvalidInput
 
 
-def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, field: str, bools: bool = True) -> np.ndarray:
+def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, field: str, bools: bool = True, exact: bool = False) -> np.ndarray:
     """Row-major `data` (flat, or nested as a convenience) into an array of `shape`. `bools`:
-    False where the request's JSON holds no true/false (nothing to look for in `data`)."""
+    False where the request's JSON holds no true/false (nothing to look for in `data`).
+    `exact`: a value past FP16's or FP32's range is refused, not read as an infinity (a
+    function's answer: a request's infinity is refused as the caller's anyway, by the model's
+    input check, so its numbers are read in one pass)."""
     dtype = V2_TO_NUMPY.get(datatype)
     if dtype is None:
         raise InvalidInput(
             f"datatype {datatype!r} is not one of {', '.join(V2_TO_NUMPY)}", field=f"{field}.datatype"
         )
-    if any((not isinstance(d, int)) or d < 0 for d in shape):
+    if any((not isinstance(d, int)) or isinstance(d, bool) or d < 0 for d in shape):  # JSON's true is no size
         raise InvalidInput("shape must be a list of non-negative integers", field=f"{field}.shape")
     if data is None:
         raise InvalidInput(
@@ -39,7 +42,7 @@ def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, fiel
             array = np.empty(len(data), dtype=object) if data and not isinstance(data[0], list) else None
             array = np.asarray(data, dtype=object) if array is None else _fill(array, data)
         else:
-            array = _numbers(data, datatype, dtype)
+            array = _numbers(data, datatype, dtype, exact=exact)
     except (ValueError, TypeError, OverflowError):
         raise InvalidInput(
             f"data of input '{name}' is not a list of {datatype} values", field=f"{field}.data"
@@ -53,7 +56,7 @@ def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, fiel
     return shaped(array, shape, name=name, field=field)
 
 
-def _numbers(data: list[Any], datatype: str, dtype: np.dtype) -> np.ndarray:
+def _numbers(data: list[Any], datatype: str, dtype: np.dtype, *, exact: bool = False) -> np.ndarray:
     """JSON numbers as `dtype` where no value changes, as simple JSON's are (`cast_exact`):
     never text read as a number ("6.7" as FP32) nor a fraction truncated (1.5 as INT64).
     `sum` tells in one pass in C that a flat list holds numbers only (text, null or an object
@@ -61,6 +64,8 @@ def _numbers(data: list[Any], datatype: str, dtype: np.dtype) -> np.ndarray:
     an integer or float dtype, as quick as before; the rest are read as they are, then cast."""
     if data and type(data[0]) is not list:
         total = sum(data)
+        if exact and dtype.kind == "f" and dtype.itemsize < 8:
+            return cast_exact(np.asarray(data, dtype=np.float64), datatype, dtype)  # 1e300: OverflowError, not FP32's infinity
         if dtype.kind == "f" or (dtype.kind in "iu" and type(total) is int):
             return np.asarray(data, dtype=dtype)  # a number past an integer's range: OverflowError
     array = np.asarray(data)

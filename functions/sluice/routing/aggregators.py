@@ -6,6 +6,7 @@ regressor members must give values of one shape.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -111,6 +112,9 @@ def _majority(answers: Sequence[Answer], weights: np.ndarray) -> InferenceResult
     votes = [_labels(a) for a in answers]
     if any(v is None for v in votes):
         raise BackendError("every member must give a label for a majority vote")
+    for answer, vote in zip(answers, votes, strict=True):
+        if _holds_nan(vote):  # type: ignore[arg-type]
+            raise BackendError(f"member '{answer.name}' answered a NaN label, which is no class to vote for", member=answer.name)
     rows = len(votes[0])  # type: ignore[arg-type]
     # The members' classes (as soft_vote aligns them), so a row's shares are the same among any
     # other rows; a label no member lists (a member without probabilities) comes after them.
@@ -131,6 +135,16 @@ def _majority(answers: Sequence[Answer], weights: np.ndarray) -> InferenceResult
         for label, count in tally.items():
             shares[i, classes.index(label)] = count / weights.sum()
     return _classifier_result(answers[0], np.asarray(labels), shares, classes)
+
+
+def _holds_nan(labels: np.ndarray) -> bool:
+    """Whether labels hold a NaN: it equals no label, itself included, so it can neither be
+    counted nor named among the classes. Text labels (the common case) are not looked at."""
+    if labels.dtype.kind in "fc":
+        return bool(np.isnan(labels).any())
+    if labels.dtype == object:
+        return any(isinstance(v, float | np.floating) and math.isnan(v) for v in labels.tolist())
+    return False
 
 
 def _classifier_result(first: Answer, labels: np.ndarray, probs: np.ndarray, classes: list[Any]) -> InferenceResult:

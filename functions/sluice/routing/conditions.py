@@ -123,7 +123,14 @@ def _equal(found: str, wanted: Any) -> bool:
     return number is not None and number == wanted
 
 
-def _number(text: str) -> float | None:
+def _number(text: str) -> int | float | None:
+    """The number `text` spells, or None. Whole numbers are read as integers, as Python
+    compares an integer with an integer or a float exactly: as a float, an id past 2**53
+    would equal its neighbours (9007199254740993 == 9007199254740992)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
     try:
         number = float(text)
     except ValueError:

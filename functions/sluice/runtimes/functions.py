@@ -13,7 +13,8 @@ loop's shared executor, which checks keys and runs models: a call that never ret
 its step's timeout in a thread, and so takes one of its own tenant's. A module is loaded under
 a lock of its own path, so a slow import holds up no other module.
 
-Every answer is checked against the step's declared outputs (`check_answer`); failures map as
+Every answer is checked against the step's declared outputs (`check_answer`), a module's in
+its tenant's thread (reading the tenant's objects runs its code); failures map as
 a runtime's do: a timeout 504, a function that fails or answers wrongly 502, throttling 503,
 an event over Lambda's limit 413.
 """
@@ -108,11 +109,10 @@ class FunctionSteps:
                 if node.on_lambda:
                     answer = await self._invoke(node, tenant, arrays)
                 else:
-                    answer = await asyncio.get_running_loop().run_in_executor(self._pool(tenant), self._run_module, node, tenant, arrays)
+                    return await asyncio.get_running_loop().run_in_executor(self._pool(tenant), self._run_module, node, tenant, arrays)
         except TimeoutError:
             raise DeadlineExceeded(f"function {node.function} gave no answer within {limit:g} s") from None
-        rows = rows_of(arrays)
-        return check_answer(node, answer, rows)
+        return check_answer(node, answer, rows_of(arrays))  # sluice's own decoded JSON or Arrow: quick, and runs no tenant code
 
     def _pool(self, tenant: str) -> ThreadPoolExecutor:
         pool = self._pools.get(tenant)
@@ -138,10 +138,20 @@ class FunctionSteps:
         if not callable(function):
             raise BackendError(f"module '{node.function.partition(':')[0]}' has no callable '{name}'")
         try:
-            return function({k: v.copy() for k, v in arrays.items()})  # its own copies: it may write to them
+            answer = function({k: v.copy() for k, v in arrays.items()})  # its own copies: it may write to them
         except BaseException as exc:
             log.warning("function step failed", exc_info=True, extra={"function": node.function})
             raise BackendError(f"function {node.function} failed ({type(exc).__name__})") from None
+        # The answer is the tenant's own objects: reading them (a mapping's keys, an array's
+        # `__array__`) runs its code too, so here, in its thread and within the step's timeout,
+        # never on the event loop; whatever that code raises is the function's failure.
+        try:
+            return check_answer(node, answer, rows_of(arrays))
+        except SluiceError:
+            raise
+        except BaseException as exc:
+            log.warning("function step: its answer could not be read", exc_info=True, extra={"function": node.function})
+            raise BackendError(f"function {node.function} answered something that could not be read ({type(exc).__name__})") from None
 
     def _module(self, path: Path) -> Any:
         """The module at `path`, loaded again when the file changes (a local service picks up an edit)."""
