@@ -159,6 +159,10 @@ def test_a_two_class_models_precision_and_recall_have_no_value_when_its_positive
         out.add_class("0", "0", 0.1, "1")
     got = out.metrics()
     assert (got["accuracy"], got["precision"], got["recall"], got["positive"]) == (1.0, None, None, "1")
+    labelled = Outcomes(CLASS)  # fraud labelled, never said: a candidate that misses it all fails a precision gate
+    for actual in ("1", "0") * 100:
+        labelled.add_class(actual, "0", 0.1, "1")
+    assert (labelled.metrics()["precision"], labelled.metrics()["recall"]) == (0.0, 0.0)
     rollout = Rollout(model="fraud", version=2, stable={}, steps=(10.0, 100.0), every_s=60.0, gates="recall>=0.9", min_requests=100)
     decision = evaluate(rollout, {"candidate_requests": 1000, "recall": got["recall"]}, now=3600.0)
     assert (decision.action, decision.reason) == ("hold", "gate recall>=0.9 has no value yet")
@@ -168,8 +172,8 @@ def test_a_two_class_models_precision_and_recall_have_no_value_when_its_positive
 @given(st.lists(st.tuples(st.sampled_from("012"), st.sampled_from("012")), min_size=1, max_size=60), st.integers(1, 3))
 def test_a_two_class_models_precision_and_recall_are_its_positive_classs_whatever_labels_come(pairs: list[tuple[str, str]], posts: int) -> None:
     """Class "1" of a two-class model, among labels that may be neither of its classes (a
-    stray "2"), over any number of posts: scikit-learn's figure of that class, None where it
-    divides by nothing."""
+    stray "2"), over any number of posts: scikit-learn's figure of that class (0 where it
+    divides by nothing, `zero_division=0`), None where the class was neither said nor labelled."""
     metrics = pytest.importorskip("sklearn.metrics")
     docs = []
     for part in range(posts):
@@ -180,8 +184,8 @@ def test_a_two_class_models_precision_and_recall_are_its_positive_classs_whateve
     got = merged(docs)[""].metrics()
     actual, said = [a for a, _ in pairs], [p for _, p in pairs]
     for name, score in (("precision", metrics.precision_score), ("recall", metrics.recall_score)):
-        (expected,) = score(actual, said, labels=["1"], average=None, zero_division=np.nan)
-        assert got[name] == (None if math.isnan(expected) else pytest.approx(expected)), (name, got)
+        (expected,) = score(actual, said, labels=["1"], average=None, zero_division=0)
+        assert got[name] == (None if "1" not in actual and "1" not in said else pytest.approx(expected)), (name, got)
     assert got["accuracy"] == pytest.approx(metrics.accuracy_score(actual, said))
 
 

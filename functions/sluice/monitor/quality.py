@@ -249,8 +249,12 @@ class Outcomes:
         if positive is not None:
             hit = hits.get(positive, 0)
             out.update(
-                precision=hit / said[positive] if said.get(positive) else None,
-                recall=hit / actual[positive] if actual.get(positive) else None,
+                # No value only where the window neither predicted nor labelled the class (nothing
+                # to judge); predicted but never labelled, or labelled but never predicted, reads
+                # 0 for the figure with no denominator, as scikit-learn's zero_division=0: a
+                # candidate that never finds a positive fails a precision gate, never holds it.
+                precision=hit / said[positive] if said.get(positive) else (0.0 if actual.get(positive) else None),
+                recall=hit / actual[positive] if actual.get(positive) else (0.0 if said.get(positive) else None),
                 positive=positive,
             )  # fmt: skip
         else:  # macro: every class that was predicted or true counts once
