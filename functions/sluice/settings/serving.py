@@ -91,7 +91,7 @@ class PredictionCacheSettings(Group):
         "Off: each container keeps its own answers only.",
     )
     prediction_cache_max_entry_bytes: int = Field(
-        default=1 << 20, ge=0, description="The largest answer (its outputs' bytes) the prediction cache keeps."
+        default=1 << 20, ge=0, description="The largest answer (its outputs' bytes, a string output's strings counted in full) the prediction cache keeps."
     )
     prediction_cache_max_bytes: int = Field(
         default=128 << 20,
