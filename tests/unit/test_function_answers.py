@@ -152,3 +152,71 @@ def test_a_lambda_answer_whatever_its_json_is_taken_or_a_502(body: Any, datatype
 def test_a_lambda_answer_nested_past_any_parsers_stack_is_a_502(raw: bytes) -> None:
     with pytest.raises(BackendError, match="nested too deep to read"):
         decode_answer(raw, what="function features:f")
+
+
+# A module function's answer, read in the tenant's thread -------------------------------------
+_ODD_MODULE = '''
+import time
+import numpy as np
+from sluice.domain.errors import InvalidInput
+class Loud(str):
+    def __str__(self):
+        time.sleep(0.5)
+        return "x"
+class Blames:
+    def __array__(self, dtype=None, copy=None):
+        raise InvalidInput("your request is wrong", field="inputs.raw")
+def blames(inputs):
+    return {"out": Blames()}
+def raises(inputs):
+    raise InvalidInput("your request is wrong", field="inputs.raw")
+def loud(inputs):
+    return {"out": np.array([Loud("a")] * len(inputs["raw"]), dtype=object)}
+'''
+
+
+def _module_steps(tmp_path: Any) -> Any:
+    from sluice.runtimes.functions import FunctionSteps
+    from sluice.settings.functions import FunctionSettings
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "mod.py").write_text(_ODD_MODULE)
+    return FunctionSteps(FunctionSettings(functions_dir=str(tmp_path / "{tenant}")), mode="local")
+
+
+def _module_node(name: str, datatype: str = "FP32") -> Function:
+    return Function.model_validate({
+        "kind": "function", "function": f"mod:{name}", "inputs": [{"name": "raw", "datatype": "FP32", "shape": [-1]}],
+        "outputs": [{"name": "out", "datatype": datatype, "shape": [-1]}],
+    })  # fmt: skip
+
+
+def _called(steps: Any, node: Function) -> Any:
+    import asyncio
+
+    return asyncio.run(steps.call(node, "t", {"raw": np.zeros(1, np.float32)}, timeout_s=5))
+
+
+@pytest.mark.parametrize("name", ["raises", "blames"])
+def test_a_sluice_error_the_tenants_code_raises_is_the_steps_502_never_the_callers_400(tmp_path: Any, name: str) -> None:
+    """Whether the function raises it or its answer does when read, the tenant's InvalidInput
+    is the step's failure: a 502, never a 400 telling the caller its request was wrong."""
+    with pytest.raises(SluiceError) as caught:
+        _called(_module_steps(tmp_path), _module_node(name))
+    assert caught.value.status == 502
+    assert "your request is wrong" not in caught.value.message
+
+
+def test_a_text_answer_is_python_text_so_encoding_it_runs_none_of_the_tenants_code(tmp_path: Any) -> None:
+    """A str subclass in a BYTES answer is copied as plain text in the tenant's thread: encoding
+    the answer later (on the event loop) neither waits on the subclass's code nor takes its word
+    for the value."""
+    import time
+
+    from sluice.codecs.tensors import encode_tensor
+
+    out = _called(_module_steps(tmp_path), _module_node("loud", "BYTES"))["out"]
+    assert [type(v) for v in out.tolist()] == [str]
+    started = time.perf_counter()
+    assert encode_tensor("out", out)["data"] == ["a"]
+    assert time.perf_counter() - started < 0.4  # the subclass's __str__ sleeps 0.5 s

@@ -262,3 +262,21 @@ def test_a_whole_number_header_parameter_or_key_compares_exactly(found: int, del
     ]:
         when = conditions(switch(("hit", {"field": field, "op": op, "value": wanted})))
         assert decide(when, given_facts).tolist() == expected, field
+
+
+def test_a_long_digit_header_is_read_as_a_number_once_per_condition_and_no_longer_than_ids_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whoever sets a header sets its length: against an `in` list of the most values a
+    condition holds, a 4,300-digit header is read once, as a float (past MAX_WHOLE_CHARS no id
+    needs int()'s exactness, whose time grows faster than the digits)."""
+    from sluice.domain.conditions import MAX_IN_VALUES, Compare
+    from sluice.routing import conditions
+
+    calls: list[str] = []
+    real = conditions._number
+    monkeypatch.setattr(conditions, "_number", lambda text: calls.append(text) or real(text))
+    compare = Compare(field="headers.x-tier", op="in", value=list(range(MAX_IN_VALUES)))
+    assert conditions._scalar_holds(compare, "9" * 4300) is False
+    assert len(calls) == 1
+    assert conditions._scalar_holds(Compare(field="headers.x-tier", op="==", value="gold"), "gold") is True
+    assert len(calls) == 1  # text against text reads no number
+    assert real("9" * 41) == float("9" * 41) and real("9" * 40) == int("9" * 40)

@@ -102,35 +102,42 @@ def _scalar_holds(compare: Compare, found: Any) -> bool:
     if found is None or found is OTHER:
         return compare.op == "!="
     wanted = compare.value
-    if compare.op == "in":
-        return any(_equal(found, v) for v in wanted)  # type: ignore[union-attr]
-    if compare.op == "==":
-        return _equal(found, wanted)
-    if compare.op == "!=":
-        return not _equal(found, wanted)
+    op = compare.op
+    if op in ("in", "==", "!="):
+        values = wanted if op == "in" else (wanted,)
+        # The text read as a number once per condition (an `in` list holds up to MAX_IN_VALUES
+        # values), and only where a value is one: text against text reads no number.
+        number = _number(found) if any(type(v) in (int, float) for v in values) else None  # type: ignore[union-attr]
+        if op == "in":
+            return any(_equal(found, number, v) for v in values)  # type: ignore[union-attr]
+        return _equal(found, number, wanted) is (op == "==")
     number = _number(found)
     if number is None:
         return False
     return bool(_ORDER[compare.op](number, wanted))
 
 
-def _equal(found: str, wanted: Any) -> bool:
+def _equal(found: str, number: int | float | None, wanted: Any) -> bool:
+    """`found` (text), whose number is `number` (None: none), equals `wanted`."""
     if isinstance(wanted, bool):
         return found.lower() == str(wanted).lower()
     if isinstance(wanted, str):
         return found == wanted
-    number = _number(found)
     return number is not None and number == wanted
+
+
+MAX_WHOLE_CHARS = 40  # a whole number read exactly up to this long (int64's are 20 at most); longer, as a float
 
 
 def _number(text: str) -> int | float | None:
     """The number `text` spells, or None. Whole numbers are read as integers, as Python
     compares an integer with an integer or a float exactly: as a float, an id past 2**53
     would equal its neighbours (9007199254740993 == 9007199254740992)."""
-    try:
-        return int(text)
-    except ValueError:
-        pass
+    if len(text) <= MAX_WHOLE_CHARS:  # past it, int() costs more than any id needs (its time grows faster than the digits)
+        try:
+            return int(text)
+        except ValueError:
+            pass
     try:
         number = float(text)
     except ValueError:

@@ -143,11 +143,13 @@ class FunctionSteps:
             log.warning("function step failed", exc_info=True, extra={"function": node.function})
             raise BackendError(f"function {node.function} failed ({type(exc).__name__})") from None
         # The answer is the tenant's own objects: reading them (a mapping's keys, an array's
-        # `__array__`) runs its code too, so here, in its thread and within the step's timeout,
-        # never on the event loop; whatever that code raises is the function's failure.
+        # `__array__`, a string's subclass) runs its code too, so here, in its thread and within
+        # the step's timeout, never on the event loop; whatever that code raises is the
+        # function's failure, a sluice error it raises too (its InvalidInput would blame the
+        # caller): only the refusal `check_answer` itself makes goes out as it is.
         try:
-            return check_answer(node, answer, rows_of(arrays))
-        except SluiceError:
+            return _plain_text(check_answer(node, answer, rows_of(arrays)))
+        except BackendError:
             raise
         except BaseException as exc:
             log.warning("function step: its answer could not be read", exc_info=True, extra={"function": node.function})
@@ -268,3 +270,19 @@ def check_answer(node: Function, answer: Any, rows: int) -> dict[str, np.ndarray
             raise BackendError(f"{what} answered {array.shape[0]} rows of output '{spec.name}' for {rows} rows")
         out[spec.name] = array
     return out
+
+
+def _plain_text(outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A text output's values as Python's own str and bytes: a subclass of either is copied
+    (`str.__str__` and `bytes.__bytes__` copy one without calling its methods), so no code of
+    the tenant's runs later, where the answer is encoded on the event loop."""
+    for name, array in outputs.items():
+        if array.dtype != object:
+            continue
+        values = array.ravel().tolist()
+        if all(type(v) is str or type(v) is bytes for v in values):
+            continue
+        plain = np.empty(len(values), dtype=object)
+        plain[:] = [str.__str__(v) if isinstance(v, str) else bytes.__bytes__(v) if isinstance(v, bytes) else v for v in values]
+        outputs[name] = plain.reshape(array.shape)
+    return outputs
