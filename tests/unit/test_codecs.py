@@ -367,6 +367,7 @@ def test_outside_json_is_read_as_orjson_reads_it_and_past_its_limit_refused_nami
             json_text.loads(given_text[:1] + given_text)
 
 
+@settings(deadline=None, max_examples=60)  # as the test above: deep text drawn level by level, then read by recursion; slow on a busy machine
 @given(depth=DEPTHS, data=st.data(), as_bytes=st.booleans())
 def test_json_a_reader_ran_out_of_stack_on_is_refused_naming_its_deepest_member(depth: int, data: st.DataObject, as_bytes: bool) -> None:
     """A door whose reader walks the value by recursion (Python's json module, the checks after
