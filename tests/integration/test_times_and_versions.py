@@ -86,6 +86,15 @@ def test_a_replay_window_the_parser_refuses_is_a_422_naming_it(client: TestClien
     assert r.json()["error"] == parse_refusal(parse_time, body[field], field=field, now=time.time())
 
 
+@pytest.mark.parametrize("ago", ["1h", "0s", "30m"])
+def test_a_replay_window_from_a_time_to_the_same_time_is_a_422_however_it_is_spelled(client: TestClient, keys: dict[str, str], ago: str) -> None:
+    """`since` and `until` are read against one now: the same duration ago twice is one time,
+    an empty window (refused), not a window of the microseconds between the two readings."""
+    r = post_json(client, keys["acme"], "/api/v1/deployments/iris/replay", {"since": ago, "until": ago, "against": "iris:1"})
+    assert r.status_code == 422, r.text
+    assert (r.json()["field"], r.json()["error"]) == ("until", "until must come after since")
+
+
 @pytest.mark.parametrize("version", [str(MAX_NUMBER + 1), str(2**64), "9" * 25, "1" * 400])
 def test_a_version_past_63_bits_in_against_or_to_is_a_422(client: TestClient, keys: dict[str, str], version: str) -> None:
     r = post_json(client, keys["acme"], "/api/v1/deployments/iris/replay", {"since": "1h", "against": f"iris:{version}"})

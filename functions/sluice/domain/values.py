@@ -25,13 +25,18 @@ from __future__ import annotations
 
 import math
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, StrictInt, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from sluice.domain.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 MAX_NUMBER = 2**63 - 1
 EARLIEST_TIME = 0  # 1970-01-01T00:00:00Z, in epoch seconds
@@ -222,10 +227,36 @@ def _validator(parse: Any) -> BeforeValidator:
     return BeforeValidator(run)
 
 
+# The one "now" a body's times are read against while it is validated (`one_now`): else each
+# field would take its own, microseconds apart, and {"since": "1h", "until": "1h"} would be a
+# window of those microseconds rather than an empty one.
+_ONE_NOW: ContextVar[float | None] = ContextVar("sluice_one_now", default=None)
+
+
 def _now() -> float:
+    held = _ONE_NOW.get()
+    if held is not None:
+        return held
     import time
 
     return time.time()
+
+
+@contextmanager
+def one_now() -> Iterator[float]:
+    """Within it, every `TimeOrAgo` read takes the same now (the one it yields); nested, the
+    outer one's."""
+    held = _ONE_NOW.get()
+    if held is not None:
+        yield held
+        return
+    import time
+
+    token = _ONE_NOW.set(time.time())
+    try:
+        yield _ONE_NOW.get()  # type: ignore[misc]
+    finally:
+        _ONE_NOW.reset(token)
 
 
 _VERSION_INT = {"type": "integer", "minimum": 1, "maximum": MAX_NUMBER}

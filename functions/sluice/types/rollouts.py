@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictFloat, StrictInt
+from pydantic import Field, StrictFloat, StrictInt, model_validator
 
-from sluice.domain.values import TimeOrAgo
+from sluice.domain.values import TimeOrAgo, one_now
 from sluice.types.base import WireModel
 
 
@@ -47,6 +47,13 @@ class ReplayStart(WireModel):
     )
     until: TimeOrAgo | None = Field(default=None, description="The same forms; default now.")
     against: str = Field(description="The candidate: MODEL:VERSION (a version from 1 to 2**63-1) or a deployment name.")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_now(cls, data: Any, handler: Any) -> Any:
+        """`since` and `until` read against one now: `"1h"` and `"1h"` are the same time."""
+        with one_now():
+            return handler(data)
 
 
 class RolloutEndpointOut(WireModel):
