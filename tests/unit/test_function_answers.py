@@ -220,3 +220,21 @@ def test_a_text_answer_is_python_text_so_encoding_it_runs_none_of_the_tenants_co
     started = time.perf_counter()
     assert encode_tensor("out", out)["data"] == ["a"]
     assert time.perf_counter() - started < 0.4  # the subclass's __str__ sleeps 0.5 s
+
+
+@pytest.mark.parametrize(
+    ("tensor", "said"),
+    [
+        ({"datatype": "FP32", "shape": [1, 2], "data": ["a", "b"]}, "data of output 'embedding' is not a list of FP32 values"),
+        ({"datatype": "FP32", "shape": [1, 2], "data": [True, 1.0]}, "data of output 'embedding' holds true/false"),
+        ({"datatype": "FP32", "shape": [1, 3], "data": [1.0, 2.0]}, "output 'embedding' has 2 values but shape [1, 3] needs 3"),
+        ({"datatype": "FP32", "shape": [1, 2]}, "output 'embedding' has no data"),
+    ],
+)
+def test_a_malformed_output_of_a_lambda_answer_is_named_as_the_output_it_is(tensor: dict[str, Any], said: str) -> None:
+    """The function's 502 names its output as an output: the words a request's inputs get
+    ("data of input ...") would send its author looking at the request."""
+    raw = json.dumps({"outputs": [{"name": "embedding", **tensor}]}).encode()
+    with pytest.raises(BackendError) as caught:
+        decode_answer(raw, what="function features:f")
+    assert said in caught.value.message and "input" not in caught.value.message, caught.value.message

@@ -111,7 +111,7 @@ def decode_answer(raw: bytes, *, what: str) -> dict[str, np.ndarray]:
             raise BackendError(f"{what} answered outputs[{i}], which is not a tensor {{name, datatype, shape, data}}")
         name = tensor["name"]
         try:
-            arrays[name] = decode_tensor(name, str(tensor.get("datatype")), tensor["shape"], tensor.get("data"), field=f"outputs.{name}", exact=True)
+            arrays[name] = decode_tensor(name, str(tensor.get("datatype")), tensor["shape"], tensor.get("data"), field=f"outputs.{name}", exact=True, role="output")
         except InvalidInput as exc:
             raise BackendError(f"{what} answered a malformed output: {exc.message}") from None
         except RecursionError:

@@ -12,8 +12,11 @@ from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, holds_bool, v2_of_
 from sluice.domain.errors import BadRequest, InvalidInput
 
 
-def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, field: str, bools: bool = True, exact: bool = False) -> np.ndarray:
-    """Row-major `data` (flat, or nested as a convenience) into an array of `shape`. `bools`:
+def decode_tensor(
+    name: str, datatype: str, shape: list[int], data: Any, *, field: str, bools: bool = True, exact: bool = False, role: str = "input"
+) -> np.ndarray:
+    """Row-major `data` (flat, or nested as a convenience) into an array of `shape`, its errors
+    naming it as the `role` it plays (a request's input, a function's output). `bools`:
     False where the request's JSON holds no true/false (nothing to look for in `data`).
     `exact`: a value past FP16's or FP32's range is refused, not read as an infinity (a
     function's answer: a request's infinity is refused as the caller's anyway, by the model's
@@ -27,16 +30,16 @@ def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, fiel
         raise InvalidInput("shape must be a list of non-negative integers", field=f"{field}.shape")
     if data is None:
         raise InvalidInput(
-            f"input '{name}' has no data (binary data needs parameters.binary_data_size and the"
+            f"{role} '{name}' has no data (binary data needs parameters.binary_data_size and the"
             " Inference-Header-Content-Length header)",
             field=f"{field}.data",
         )
     if isinstance(data, np.ndarray) and data.dtype == dtype and datatype != "BYTES" and data.size == math.prod(shape):
-        return shaped(data, shape, name=name, field=field)  # decoded already (gRPC's contents): taken as it is, not copied
+        return shaped(data, shape, name=name, field=field, role=role)  # decoded already (gRPC's contents): taken as it is, not copied
     if not isinstance(data, list):
         data = [data]
     if bools and datatype not in ("BOOL", "BYTES") and holds_bool(data):
-        raise InvalidInput(f"data of input '{name}' holds true/false, which are not {datatype} values", field=f"{field}.data")
+        raise InvalidInput(f"data of {role} '{name}' holds true/false, which are not {datatype} values", field=f"{field}.data")
     try:
         if datatype == "BYTES":
             array = np.empty(len(data), dtype=object) if data and not isinstance(data[0], list) else None
@@ -45,15 +48,15 @@ def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, fiel
             array = _numbers(data, datatype, dtype, exact=exact)
     except (ValueError, TypeError, OverflowError):
         raise InvalidInput(
-            f"data of input '{name}' is not a list of {datatype} values", field=f"{field}.data"
+            f"data of {role} '{name}' is not a list of {datatype} values", field=f"{field}.data"
         ) from None
     expected = math.prod(shape)
     if array.size != expected:
         raise InvalidInput(
-            f"input '{name}' has {array.size} values but shape {shape} needs {expected}",
+            f"{role} '{name}' has {array.size} values but shape {shape} needs {expected}",
             field=f"{field}.data",
         )
-    return shaped(array, shape, name=name, field=field)
+    return shaped(array, shape, name=name, field=field, role=role)
 
 
 def _numbers(data: list[Any], datatype: str, dtype: np.dtype, *, exact: bool = False) -> np.ndarray:
@@ -74,7 +77,7 @@ def _numbers(data: list[Any], datatype: str, dtype: np.dtype, *, exact: bool = F
     return array if array.dtype == dtype else cast_exact(array, datatype, dtype)
 
 
-def shaped(array: np.ndarray, shape: list[int], *, name: str, field: str) -> np.ndarray:
+def shaped(array: np.ndarray, shape: list[int], *, name: str, field: str, role: str = "input") -> np.ndarray:
     """`array` (of the size `shape` needs) in `shape`; InvalidInput naming the shape where no
     array can have it: more than 64 dimensions, or sizes past NumPy's index range even where
     one of them is 0 (`[0, 2**63]`)."""
@@ -82,7 +85,7 @@ def shaped(array: np.ndarray, shape: list[int], *, name: str, field: str) -> np.
         return array.reshape(shape)
     except (ValueError, OverflowError):
         raise InvalidInput(
-            f"input '{name}' has shape {shape!s:.80}, which no array can have: at most 64 dimensions, whose sizes"
+            f"{role} '{name}' has shape {shape!s:.80}, which no array can have: at most 64 dimensions, whose sizes"
             " (zeros left out) multiply to under 2**63 bytes",
             field=f"{field}.shape",
         ) from None
