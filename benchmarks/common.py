@@ -312,13 +312,14 @@ def rotated_p50s(calls: dict[str, Any], subjects: Sequence[str], *, repeats: int
     return runs
 
 
-def run_child(module: str, tmp: str, env: dict[str, str], *args: str, timeout_s: float = 600) -> Any:
-    """`python -m module --child OUT ARGS...` in a process of its own; what it wrote to OUT."""
+def run_child(module: str, tmp: str, env: dict[str, str], *args: str, timeout_s: float = 600, under: Sequence[str] = ()) -> Any:
+    """`python -m module --child OUT ARGS...` in a process of its own (`under` another
+    program, such as a profiler, where given); what it wrote to OUT."""
     import json
 
     out = Path(tmp) / "child.json"
     proc = subprocess.run(
-        [PYTHON, "-m", module, "--child", str(out), *args],
+        [*under, PYTHON, "-m", module, "--child", str(out), *args],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout_s, check=False,
     )
     if proc.returncode != 0:

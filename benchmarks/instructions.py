@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import PYTHON, REPO, bench_env, figure, section
+from benchmarks.common import bench_env, figure, run_child, section
 
 TOGGLE = "functools_reduce"
 PAIRS = {  # case: (subject, reference, what)
@@ -66,7 +64,7 @@ def _subjects(case: str, folder: Path) -> dict[str, tuple[Any, dict[str, Any]]]:
     return {"hit": (api.handler, event(f"{case}-recs", "u1")), "live": (api.handler, event(case, None))}
 
 
-def child(case: str, folder: Path, k: int) -> None:
+def child(out: Path, case: str, folder: Path, k: int) -> None:
     import functools
     import gc
 
@@ -81,6 +79,7 @@ def child(case: str, folder: Path, k: int) -> None:
     gc.collect()
     for handler, event in subjects.values():
         functools.reduce(lambda acc, _, h=handler, e=event: h(e, context) and acc, range(k), 0)  # counted
+    out.write_text(json.dumps(list(subjects)))
 
 
 # the parent ---------------------------------------------------------------------------------
@@ -88,14 +87,9 @@ def _counts(case: str, k: int) -> list[int]:
     with tempfile.TemporaryDirectory() as tmp:
         env = bench_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_EMF="1", SLUICE_DEPLOYMENT_CACHE_TTL_S="1",
                         SLUICE_LOOKUP_SQLITE=str(Path(tmp) / "{tenant}.db"), PYTHONHASHSEED="0")  # fmt: skip
-        out = Path(tmp) / "cg.out"
-        proc = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--collect-atstart=no", f"--toggle-collect={TOGGLE}", f"--dump-after={TOGGLE}",
-             f"--callgrind-out-file={out}", PYTHON, "-m", "benchmarks.instructions", "--child", case, "--folder", tmp, "--k", str(k)],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=1200, check=False,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            raise RuntimeError(f"instructions ({case}) failed: {proc.stderr[-2000:]}")
+        counted = Path(tmp) / "cg.out"
+        under = ("valgrind", "--tool=callgrind", "--collect-atstart=no", f"--toggle-collect={TOGGLE}", f"--dump-after={TOGGLE}", f"--callgrind-out-file={counted}")
+        run_child("benchmarks.instructions", tmp, env, "--case", case, "--folder", tmp, "--k", str(k), timeout_s=1200, under=under)
         parts = sorted(Path(tmp).glob("cg.out.*"), key=lambda p: int(p.suffix[1:]))
         totals = [int(re.search(r"^summary: (\d+)", p.read_text(errors="replace"), re.M).group(1)) for p in parts]  # type: ignore[union-attr]
     return [t // k for t in totals[-2:]]  # the last two dumps: the subjects, in order
@@ -119,17 +113,17 @@ def run(quick: bool) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--child")
+    parser.add_argument("--child", type=Path)
+    parser.add_argument("--case", default="lookup")
     parser.add_argument("--folder", type=Path)
     parser.add_argument("--k", type=int, default=200)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.folder, args.k)
+        child(args.child, args.case, args.folder, args.k)
         return
     print(json.dumps(run(args.quick), indent=2))
 
 
 if __name__ == "__main__":
-    os.environ.pop("AWS_LAMBDA_FUNCTION_NAME", None)
     main()

@@ -47,14 +47,17 @@ def _binary(outputs: list[tuple[str, str, list[int], bytes]], *, odd: bool = Fal
     return header + b"".join(b for *_, b in outputs), len(header)
 
 
-def _serve(infer: Any, **extra: Any) -> Callable[[Callable[[int], Awaitable[Any]]], Any]:
-    """Run `test(port)` in a fresh loop against a server answering config, readiness and
-    `infer(request, header, tail)`; what it saw is in `seen`."""
+def _serve(infer: Any, *, config: dict[str, Any] = CONFIG, metadata: dict[str, Any] | None = None, **extra: Any) -> Callable[[Callable[[int], Awaitable[Any]]], Any]:
+    """Run `test(port)` in a fresh loop against a server answering `config`, readiness,
+    `metadata` where given and `infer(request, header, tail)`; what it saw is in `seen`."""
 
     def run(test: Callable[[int], Awaitable[Any]]) -> Any:
         async def main() -> Any:
-            async def config(request: web.Request) -> web.Response:
-                return web.json_response(CONFIG)
+            async def config_route(request: web.Request) -> web.Response:
+                return web.json_response(config)
+
+            async def metadata_route(request: web.Request) -> web.Response:
+                return web.json_response(metadata)
 
             async def ready(request: web.Request) -> web.Response:
                 return web.Response()
@@ -67,8 +70,10 @@ def _serve(infer: Any, **extra: Any) -> Callable[[Callable[[int], Awaitable[Any]
                 return await infer(request, json.loads(body[:end]), body[end:])
 
             app = web.Application()
-            app.router.add_get("/v2/models/m/config", config)
+            app.router.add_get("/v2/models/m/config", config_route)
             app.router.add_get("/v2/models/m/ready", ready)
+            if metadata is not None:
+                app.router.add_get("/v2/models/m", metadata_route)
             app.router.add_post("/v2/models/m/infer", infer_route)
             runner = web.AppRunner(app)
             await runner.setup()
@@ -276,44 +281,24 @@ def _reshaping_server(max_batch_size: int, test: Callable[[TritonRuntime, ModelV
         "outputs": [{"name": "y", "datatype": "FP32", "shape": [*batch, 4]}],
     }  # fmt: skip
 
-    async def main() -> tuple[Any, list[dict[str, Any]]]:
-        seen: list[dict[str, Any]] = []
+    seen: list[dict[str, Any]] = []
 
-        async def config_route(request: web.Request) -> web.Response:
-            return web.json_response(config)
+    async def infer(request: web.Request, header: dict[str, Any], tail: bytes) -> web.Response:
+        seen.append(header)
+        (x,) = header["inputs"]
+        if x["shape"][len(batch) :] != [4] or len(x["shape"]) != len(batch) + 1:
+            return web.json_response({"error": f"unexpected shape for input 'x' for model 'm'. Expected {[*batch, 4]}, got {x['shape']}"}, status=400)
+        out = json.dumps({"model_name": "m", "outputs": [{"name": "y", "datatype": "FP32", "shape": x["shape"], "parameters": {"binary_data_size": len(tail)}}]}).encode()
+        return web.Response(body=out + tail, headers={"Inference-Header-Content-Length": str(len(out))})
 
-        async def metadata_route(request: web.Request) -> web.Response:
-            return web.json_response(metadata)
-
-        async def infer(request: web.Request) -> web.Response:
-            body = await request.read()
-            size = int(request.headers.get("Inference-Header-Content-Length", len(body)))
-            header = json.loads(body[:size])
-            seen.append(header)
-            (x,) = header["inputs"]
-            if x["shape"][len(batch) :] != [4] or len(x["shape"]) != len(batch) + 1:
-                return web.json_response({"error": f"unexpected shape for input 'x' for model 'm'. Expected {[*batch, 4]}, got {x['shape']}"}, status=400)
-            tail = body[size:]
-            out = json.dumps({"model_name": "m", "outputs": [{"name": "y", "datatype": "FP32", "shape": x["shape"], "parameters": {"binary_data_size": len(tail)}}]}).encode()
-            return web.Response(body=out + tail, headers={"Inference-Header-Content-Length": str(len(out))})
-
-        app = web.Application()
-        app.router.add_get("/v2/models/m/config", config_route)
-        app.router.add_get("/v2/models/m", metadata_route)
-        app.router.add_post("/v2/models/m/infer", infer)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    async def run(port: int) -> Any:
         runtime = TritonRuntime(timeout_s=5)
         try:
-            return await test(runtime, _version(port)), seen
+            return await test(runtime, _version(port))
         finally:
             await runtime.close()
-            await runner.cleanup()
 
-    return asyncio.run(main())
+    return _serve(infer, config=config, metadata=metadata)(run), seen
 
 
 def test_an_unbatched_reshape_is_sent_in_the_configs_dims_and_read_back_in_the_models() -> None:

@@ -27,6 +27,7 @@ from sluice.endpoints.sagemaker_support import (
     integer,
     is_missing,
     number,
+    tags_of,
     timestamp,
     variant_tag,
 )
@@ -64,7 +65,7 @@ class EndpointReader:
         if endpoint is None:
             return None
         try:
-            tags = {t["Key"]: t["Value"] for t in self._tags(endpoint["EndpointArn"])}
+            tags = tags_of(self.sagemaker, endpoint["EndpointArn"])
             config = self._config(endpoint["EndpointConfigName"])
             mode = mode_of(config)
             names = [v["VariantName"] for v in config.get("ProductionVariants", [])]
@@ -173,16 +174,6 @@ class EndpointReader:
                     )  # fmt: skip
             out.append(state)
         return tuple(out)
-
-    def _tags(self, arn: str) -> list[dict[str, str]]:
-        out: list[dict[str, str]] = []
-        token = None
-        while True:
-            page = self.sagemaker.list_tags(ResourceArn=arn, **({"NextToken": token} if token else {}))
-            out += page.get("Tags", [])
-            token = page.get("NextToken")
-            if not token:
-                return out
 
     def _config(self, name: str) -> dict[str, Any]:
         from botocore.exceptions import ClientError

@@ -181,3 +181,15 @@ def integer(value: Any) -> int | None:
 def timestamp(value: Any) -> float | None:
     stamp = getattr(value, "timestamp", None)
     return round(stamp(), 3) if callable(stamp) else None
+
+
+def tags_of(sagemaker: Any, arn: str) -> dict[str, str]:
+    """A SageMaker resource's tags by key, every page of them."""
+    tags: dict[str, str] = {}
+    token = None
+    while True:
+        page = sagemaker.list_tags(ResourceArn=arn, **({"NextToken": token} if token else {}))
+        tags.update((t["Key"], t["Value"]) for t in page.get("Tags", []))
+        token = page.get("NextToken")
+        if not token:
+            return tags

@@ -14,7 +14,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from sluice.endpoints.names import endpoint_name
-from sluice.endpoints.sagemaker_support import Tag, aws_error, error_code, is_missing
+from sluice.endpoints.sagemaker_support import Tag, aws_error, error_code, is_missing, tags_of
 from sluice.endpoints.scaling import (
     BACKLOG,
     COPIES,
@@ -127,15 +127,8 @@ def _made_for(sagemaker: Any, arn: str, endpoint: str) -> bool:
 
     if not arn:
         return False
-    tags: dict[str, str] = {}
-    token = None
     try:
-        while True:
-            page = sagemaker.list_tags(ResourceArn=arn, **({"NextToken": token} if token else {}))
-            tags.update((t["Key"], t["Value"]) for t in page.get("Tags", []))
-            token = page.get("NextToken")
-            if not token:
-                break
+        tags = tags_of(sagemaker, arn)
     except ClientError as exc:
         if is_missing(exc):  # deleted meanwhile: nothing to delete
             return False
