@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import Goal, bench_env, figure, rotated_p50s, run_child, section
+from benchmarks.common import Goal, figure, lambda_env, rotated_p50s, run_child, section
 from benchmarks.prepare import MODELS, make_models
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ def child(out: Path, repeats: int, n: int) -> None:
 def measure(repeats: int, n: int) -> dict[str, Any]:
     make_models()
     with tempfile.TemporaryDirectory() as tmp:
-        env = bench_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_EMF="1", SLUICE_DEPLOYMENT_CACHE_TTL_S="1")
+        env = lambda_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_DEPLOYMENT_CACHE_TTL_S="1")
         return run_child("benchmarks.bench_cache", tmp, env, "--repeats", str(repeats), "--n", str(n))
 
 

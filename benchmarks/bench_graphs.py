@@ -27,7 +27,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import PYTHON, REPO, Goal, bench_env, figure, percentile, rotate, section
+from benchmarks.common import (
+    PYTHON,
+    REPO,
+    Goal,
+    figure,
+    lambda_env,
+    percentile,
+    rotate,
+    section,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -108,7 +117,7 @@ def child(out: Path, repeats: int, n: int, cpu: bool = False) -> None:
 def measure(repeats: int, n: int, cpu: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "graphs.json"
-        env = bench_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_EMF="1")
+        env = lambda_env(SLUICE_HOME=str(Path(tmp) / "home"))
         proc = subprocess.run(
             [PYTHON, "-m", "benchmarks.bench_graphs", "--child", str(out), "--repeats", str(repeats), "--n", str(n), *(["--cpu"] if cpu else [])],
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600, check=False,

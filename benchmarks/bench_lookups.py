@@ -33,7 +33,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import PYTHON, REPO, Goal, bench_env, figure, percentile, rotate, section
+from benchmarks.common import (
+    PYTHON,
+    REPO,
+    Goal,
+    figure,
+    lambda_env,
+    percentile,
+    rotate,
+    section,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -186,7 +195,7 @@ def child(out: Path, folder: Path, repeats: int, n: int, rows: int, cpu: bool = 
 def measure(repeats: int, n: int, rows: int, cpu: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "lookups.json"
-        env = bench_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_EMF="1", SLUICE_LOOKUP_SQLITE=str(Path(tmp) / "{tenant}.db"))
+        env = lambda_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_LOOKUP_SQLITE=str(Path(tmp) / "{tenant}.db"))
         proc = subprocess.run(
             [PYTHON, "-m", "benchmarks.bench_lookups", "--child", str(out), "--folder", tmp, "--repeats", str(repeats), "--n", str(n), "--rows", str(rows), *(["--cpu"] if cpu else [])],
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=900, check=False,

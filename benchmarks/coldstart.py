@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import PYTHON, REPO, Goal, bench_env, figure, rotate, section
+from benchmarks.common import PYTHON, REPO, Goal, bench_env, figure, lambda_env, rotate, section
 from benchmarks.inprocess import rest_event
 from benchmarks.prepare import HOME, MODELS, MODELS_DIR, handwritten_body, sluice_body
 
@@ -86,7 +86,7 @@ def _spawn(code: str, *args: str, env: dict[str, str]) -> dict[str, Any]:
 def run(quick: bool) -> list[dict[str, Any]]:
     repeats = 3 if quick else 5
     models = ["iris"] if quick else ["iris", "mlp_large"]
-    env = bench_env(SLUICE_HOME=str(HOME), SLUICE_EMF="1", BENCH_MODELS_DIR=str(MODELS_DIR))
+    env = lambda_env(SLUICE_HOME=str(HOME), BENCH_MODELS_DIR=str(MODELS_DIR))
     figures: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in models:

@@ -33,8 +33,8 @@ from benchmarks.common import (
     PYTHON,
     REPO,
     Goal,
-    bench_env,
     figure,
+    lambda_env,
     latency_summary,
     rotate,
     section,
@@ -147,7 +147,7 @@ def child(out: Path, repeats: int, seconds: float, max_count: int, models: list[
 def measure(*, repeats: int, seconds: float, max_count: int, models: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "inprocess.json"
-        env = bench_env(SLUICE_HOME=str(HOME), SLUICE_EMF="1", BENCH_MODELS_DIR=str(MODELS_DIR))
+        env = lambda_env(SLUICE_HOME=str(HOME), BENCH_MODELS_DIR=str(MODELS_DIR))
         proc = subprocess.run(
             [PYTHON, "-m", "benchmarks.inprocess", "--child", str(out), "--repeats", str(repeats),
              "--seconds", str(seconds), "--max-count", str(max_count), "--models", ",".join(models)],

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import bench_env, figure, run_child, section
+from benchmarks.common import figure, lambda_env, run_child, section
 
 TOGGLE = "functools_reduce"
 PAIRS = {  # case: (subject, reference, what)
@@ -85,7 +85,7 @@ def child(out: Path, case: str, folder: Path, k: int) -> None:
 # the parent ---------------------------------------------------------------------------------
 def _counts(case: str, k: int) -> list[int]:
     with tempfile.TemporaryDirectory() as tmp:
-        env = bench_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_EMF="1", SLUICE_DEPLOYMENT_CACHE_TTL_S="1",
+        env = lambda_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_DEPLOYMENT_CACHE_TTL_S="1",
                         SLUICE_LOOKUP_SQLITE=str(Path(tmp) / "{tenant}.db"), PYTHONHASHSEED="0")  # fmt: skip
         counted = Path(tmp) / "cg.out"
         under = ("valgrind", "--tool=callgrind", "--collect-atstart=no", f"--toggle-collect={TOGGLE}", f"--dump-after={TOGGLE}", f"--callgrind-out-file={counted}")

@@ -15,7 +15,6 @@ from typing import Any
 from sluice.api.app import create_app
 from sluice.handlers import snapstart
 from sluice.handlers.asgi import LambdaASGI
-from sluice.inference.loop import container_loop
 from sluice.observability import get_logger, inject_lambda_context
 
 app = create_app()
@@ -30,8 +29,7 @@ snapstart.install(
 
 @inject_lambda_context  # powertools' keys on every line, set once per invocation
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    container_loop()
-    return _asgi(event, context)
+    return _asgi(event, context)  # on the thread's kept loop (`sluice.inference.loop`)
 
 
 started()  # the function's start-up is over: the collector back on (`sluice.startup`)

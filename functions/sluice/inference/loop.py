@@ -9,11 +9,10 @@ import asyncio
 import gc
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Iterator
-    from typing import Any
 
 T = TypeVar("T")
 _local = threading.local()
@@ -24,8 +23,17 @@ def container_loop() -> asyncio.AbstractEventLoop:
     loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
     if loop is None or loop.is_closed():
         loop = _local.loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
+    if _current(asyncio.events._event_loop_policy) is not loop:  # set already: as it was (four calls a request saved)
+        asyncio.set_event_loop(loop)
     return loop
+
+
+def _current(policy: Any) -> Any:
+    """The loop `policy` (asyncio's default policy, as the standard library keeps it) holds as
+    this thread's, without the calls `get_event_loop` makes; None where it cannot tell (no
+    policy yet, or another kind), and the caller then sets its loop as always."""
+    local = getattr(policy, "_local", None)
+    return getattr(local, "_loop", None)
 
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -294,16 +294,21 @@ def log_info(logger: Logger, message: str, extra: dict[str, Any]) -> None:
         now = time.time()
         text = handler.formatter.line("INFO", code.co_name, _line_of(caller), now, (now - int(now)) * 1000, message, extra)  # type: ignore[union-attr]
         if text is not None:
-            handler.acquire()
+            lock = handler.lock  # `handler.acquire()`, and in it `handler.flush()`'s steps, without their calls
+            if lock:
+                lock.acquire()
             try:
-                handler.stream.write(text + handler.terminator)
-                handler.flush()
+                stream = handler.stream
+                stream.write(text + handler.terminator)
+                if stream and hasattr(stream, "flush"):
+                    stream.flush()
                 return
             except Exception:  # as StreamHandler.emit: the handler reports it
                 handler.handleError(std.makeRecord(std.name, logging.INFO, code.co_filename, caller.f_lineno, message, (), None, code.co_name, extra))
                 return
             finally:
-                handler.release()
+                if lock:
+                    lock.release()
     std.handle(std.makeRecord(std.name, logging.INFO, code.co_filename, caller.f_lineno, message, (), None, code.co_name, extra))
 
 
