@@ -105,7 +105,7 @@ class RestEvent(APIGateway):
         try:
             raw = event.get("headers", {}) or {}
             multi = event.get("multiValueHeaders")
-            if multi and (not raw or list(raw) == list(multi)):
+            if multi and (not raw or (type(raw) is dict and list(raw) == list(multi))):
                 # API Gateway's usual event: the same names, in the same order, in both. Each
                 # value Mangum takes from `headers` it then replaces with `multiValueHeaders`'s
                 # (in the same place): the latter's alone give the same headers.
