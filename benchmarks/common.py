@@ -302,12 +302,15 @@ def bench_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# The settings Lambda's environment gives that need no AWS account (`AWS_LAMBDA_FUNCTION_NAME`
+# itself would make the settings refuse the embedded registry): EMF lines, and no admission
+# counting, off in Lambda, where a container takes one request at a time.
+LAMBDA_SETTINGS = {"SLUICE_EMF": "1", "SLUICE_MAX_IN_FLIGHT_PER_KEY": "0", "SLUICE_MAX_PREDICTIONS_IN_FLIGHT": "0"}
+
+
 def lambda_env(**extra: str) -> dict[str, str]:
-    """`bench_env` for a child that runs the API's Lambda handler in process: the settings
-    Lambda's environment gives that need no AWS account (`AWS_LAMBDA_FUNCTION_NAME` itself would
-    make the settings refuse the embedded registry): EMF lines, and no admission counting,
-    off in Lambda, where a container takes one request at a time."""
-    return bench_env(SLUICE_EMF="1", SLUICE_MAX_IN_FLIGHT_PER_KEY="0", SLUICE_MAX_PREDICTIONS_IN_FLIGHT="0", **extra)
+    """`bench_env` for a child that runs the API's Lambda handler in process, with `LAMBDA_SETTINGS`."""
+    return bench_env(**LAMBDA_SETTINGS, **extra)
 
 
 def rotated_p50s(calls: dict[str, Any], subjects: Sequence[str], *, repeats: int, n: int) -> dict[str, list[float]]:

@@ -61,11 +61,10 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
 
-    from benchmarks.common import lambda_env
+    from benchmarks.common import LAMBDA_SETTINGS
     from benchmarks.prepare import HOME, MODELS, MODELS_DIR, handwritten_body, sluice_body
 
-    lambda_only = {k: v for k, v in lambda_env().items() if k.startswith("SLUICE_")}  # Lambda's settings, as the benchmarks run it
-    os.environ.update(lambda_only, SLUICE_HOME=str(HOME), BENCH_MODELS_DIR=str(MODELS_DIR), BENCH_MODEL=args.model)
+    os.environ.update(LAMBDA_SETTINGS, SLUICE_HOME=str(HOME), BENCH_MODELS_DIR=str(MODELS_DIR), BENCH_MODEL=args.model)
     sys.path.insert(0, str(REPO / "functions"))
     # Logs and EMF go to stdout, as in Lambda; keep them out of the report.
     real_stdout = sys.stdout

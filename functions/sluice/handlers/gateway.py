@@ -2,14 +2,13 @@
 
 Mangum (0.22) turns a REST API (v1) or HTTP API (v2) event into an ASGI scope and the app's
 response into the Lambda result through a chain of small functions: four `infer` class methods
-tried in turn, each header's name lowered in one dictionary and again in another, the path,
-port and query string each through a helper of its own, the response's headers copied twice
-more to drop the excluded ones (none here), and, for an HTTP API event, the whole scope built a
-second time to read the event's version. On the request path of every prediction that was
+tried in turn, each header's name lowered in one dictionary and again in another, the response's
+headers copied twice more to drop the excluded ones (none here), and, for an HTTP API event,
+the whole scope built a second time to read the event's version. On the request path of every prediction that was
 about 80,000 machine instructions of a lookup graph's 890,000 (`benchmarks.instructions`).
 
 `RestEvent` and `HttpEvent` are Mangum's `APIGateway` and `HTTPGateway` with the same results
-made in one pass each. They are the same rule, not a second one: every scope and every result
+made in one pass each, through Mangum's own helpers for the path, the server and the body. They are the same rule, not a second one: every scope and every result
 is equal to Mangum's for the same event and response (`tests/unit/test_gateway_events.py`
 draws events and responses and compares the two), and anything they do not expect (a header
 that is not text, a version other than 2.0, an excluded header) is handed to Mangum's own code,
@@ -18,14 +17,19 @@ which then answers, or raises, as it always has.
 
 from __future__ import annotations
 
-import base64
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlencode
+from urllib.parse import urlencode
 
 from mangum.handlers import APIGateway, HTTPGateway
+from mangum.handlers.utils import (
+    get_server_and_port,
+    handle_base64_response_body,
+    strip_api_gateway_path,
+)
 
 if TYPE_CHECKING:
     from mangum.types import LambdaConfig
+
 
 def gateway_handler(event: Any, context: Any, config: LambdaConfig) -> RestEvent | HttpEvent | None:
     """The handler Mangum would infer for `event` where that is `APIGateway` or `HTTPGateway`
@@ -42,58 +46,23 @@ def gateway_handler(event: Any, context: Any, config: LambdaConfig) -> RestEvent
     return None
 
 
-def _path(path: Any, base: str) -> Any:
-    """`mangum.handlers.utils.strip_api_gateway_path`."""
-    if not path:
-        return "/"
-    if base and base != "/":
-        if not base.startswith("/"):
-            base = f"/{base}"
-        if path.startswith(base):
-            path = path[len(base) :]
-    return unquote(path) if "%" in path else path  # unquote returns a text without % as it is
-
-
-def _server(headers: dict[str, Any]) -> tuple[str, int]:
-    """`mangum.handlers.utils.get_server_and_port`."""
-    name = headers.get("host", "mangum")
-    if ":" not in name:
-        return name, int(headers.get("x-forwarded-port", 80))
-    name, port = name.split(":")
-    return name, int(port)
-
-
 def _scope(event: dict[str, Any], context: Any, headers: dict[str, Any], method: Any, path: Any, query: bytes, ip: Any, config: LambdaConfig) -> dict[str, Any]:
     return {
         "type": "http",
         "method": method,
         "http_version": "1.1",
         "headers": [[k.encode(), v.encode()] for k, v in headers.items()],
-        "path": _path(path, config["api_gateway_base_path"]),
+        "path": strip_api_gateway_path(path, api_gateway_base_path=config["api_gateway_base_path"]),
         "raw_path": None,
         "root_path": "",
         "scheme": headers.get("x-forwarded-proto", "https"),
         "query_string": query,
-        "server": _server(headers),
+        "server": get_server_and_port(headers),
         "client": (ip, 0),
         "asgi": {"version": "3.0", "spec_version": "2.0"},
         "aws.event": event,
         "aws.context": context,
     }
-
-
-def _body(body: Any, headers: dict[str, str], config: LambdaConfig) -> tuple[str, bool]:
-    """`mangum.handlers.utils.handle_base64_response_body`."""
-    if body == b"":
-        return "", False
-    kind = headers.get("content-type", "")
-    for text in config["text_mime_types"]:
-        if text in kind:
-            try:
-                return body.decode(), False
-            except UnicodeDecodeError:
-                break
-    return base64.b64encode(body).decode(), True
 
 
 class RestEvent(APIGateway):
@@ -134,7 +103,7 @@ class RestEvent(APIGateway):
                     multi[name] = [headers.pop(name), value.decode()]
                 else:
                     headers[name] = value.decode()
-            body, encoded = _body(response["body"], headers, self.config)
+            body, encoded = handle_base64_response_body(response["body"], headers, self.config["text_mime_types"])
             return {"statusCode": response["status"], "headers": headers, "multiValueHeaders": multi, "body": body, "isBase64Encoded": encoded}
         except Exception:
             return super().__call__(response)  # type: ignore[no-any-return]
@@ -183,7 +152,7 @@ class HttpEvent(HTTPGateway):
             raw = response["body"]
             if "content-type" not in headers and raw is not None:
                 headers["content-type"] = "application/json"
-            body, encoded = _body(raw, headers, self.config)
+            body, encoded = handle_base64_response_body(raw, headers, self.config["text_mime_types"])
             out = {"statusCode": response["status"], "body": body, "headers": headers or None, "cookies": cookies or None, "isBase64Encoded": encoded}
             return {k: v for k, v in out.items() if v is not None}
         except Exception:

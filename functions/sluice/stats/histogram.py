@@ -15,22 +15,21 @@ _LOG_GROWTH = math.log(GROWTH)
 _log = math.log
 
 
-def bucket(latency_ms: float) -> int:
-    if latency_ms <= FLOOR_MS:
-        return 0
-    return 1 + int(math.log(latency_ms / FLOOR_MS) / _LOG_GROWTH)  # the same division `math.log(x, GROWTH)` makes
-
-
 _NAMES = tuple(f"{PREFIX}{i}" for i in range(512))  # latencies up to days: made once
 
 
 def bucket_name(latency_ms: float) -> str:
-    """The counter a latency adds to (`lat_<bucket>`): `bucket`'s, worked out here (a call
-    less for each of a request's samples)."""
+    """The counter a latency adds to (`lat_<bucket>`): the rule of the buckets, here rather
+    than behind a call to `bucket` (it runs for each of a request's samples)."""
     if latency_ms <= FLOOR_MS:
         return _NAMES[0]
-    index = 1 + int(_log(latency_ms / FLOOR_MS) / _LOG_GROWTH)
+    index = 1 + int(_log(latency_ms / FLOOR_MS) / _LOG_GROWTH)  # the same division `math.log(x, GROWTH)` makes
     return _NAMES[index] if index < 512 else f"{PREFIX}{index}"
+
+
+def bucket(latency_ms: float) -> int:
+    """The index of the bucket a latency falls in (`bucket_name`'s)."""
+    return int(bucket_name(latency_ms)[len(PREFIX) :])
 
 
 def bucket_value(index: int) -> float:
