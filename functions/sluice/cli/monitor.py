@@ -166,14 +166,14 @@ def cmd_monitor_labels(args: argparse.Namespace) -> int:
         rows.append(row)
     if not labels:
         raise read.none_left(Path(args.file).name, what="no label to post", field="file")
-    parts = range(0, len(labels), MAX_LABELS)
+    parts = [(labels[at : at + MAX_LABELS], lambda i, at=at: f"file row {rows[at + i]}") for at in range(0, len(labels), MAX_LABELS)]
     # Every part is checked before the first is posted: a label refused in a late part would
     # otherwise leave the earlier parts counted, and the file could not simply be posted again.
-    for start in parts:
-        monitor.check_labels(principal, args.name, labels[start : start + MAX_LABELS], named=lambda i, at=start: f"file row {rows[at + i]}")
+    # Each part's predictions are read once: its check is what its post then counts.
+    checked = [monitor.check_labels(principal, args.name, part, named=named) for part, named in parts]
     total = {"received": 0, "matched": 0, "unmatched": 0, "duplicate": 0, "not_comparable": 0}
-    for start in parts:
-        out = monitor.add_labels(principal, args.name, labels[start : start + MAX_LABELS], named=lambda i, at=start: f"file row {rows[at + i]}")
+    for (part, named), joined in zip(parts, checked, strict=True):
+        out = monitor.add_labels(principal, args.name, part, named=named, checked=joined)
         total = {k: total[k] + out[k] for k in total}
     if args.json:
         print_json({"deployment": args.name, **total, "rows": read.summary()})

@@ -244,17 +244,13 @@ def _now() -> float:
 
 @contextmanager
 def one_now() -> Iterator[float]:
-    """Within it, every `TimeOrAgo` read takes the same now (the one it yields); nested, the
-    outer one's."""
-    held = _ONE_NOW.get()
-    if held is not None:
-        yield held
-        return
+    """Within it, every `TimeOrAgo` read takes the same now (the one it yields)."""
     import time
 
-    token = _ONE_NOW.set(time.time())
+    now = time.time()
+    token = _ONE_NOW.set(now)
     try:
-        yield _ONE_NOW.get()  # type: ignore[misc]
+        yield now
     finally:
         _ONE_NOW.reset(token)
 

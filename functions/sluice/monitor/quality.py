@@ -235,16 +235,20 @@ class Outcomes:
         hits: dict[str, int] = {}
         said: dict[str, int] = {}
         actual: dict[str, int] = {}
+        folded = False  # a pair with a class folded into "other" (None)
         for (a, p), n in self.pairs.items():
             if a is not None:
                 actual[a] = actual.get(a, 0) + n
+            else:
+                folded = True
             if p is not None:
                 said[p] = said.get(p, 0) + n
                 if a == p:
                     hits[p] = hits.get(p, 0) + n
+            else:
+                folded = True
         out: dict[str, Any] = {"rows": self.rows, "accuracy": self.hits / self.rows}
         seen = sorted(actual.keys() | said.keys())
-        folded = any(None in pair for pair in self.pairs)
         positive = self.positive if self.positive is not None else (seen[-1] if len(seen) == 2 and not folded else None)
         if positive is not None:
             hit = hits.get(positive, 0)

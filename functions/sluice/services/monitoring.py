@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     class Registry(ModelRegistry, DeploymentRegistry, MonitorRegistry, Protocol): ...
 
 
+# Labels joined to their kept predictions (request id, row, the label as compared, the kept
+# record), and the revision the deployment now under the name was made at (`_joined`).
+Joined = tuple[list[tuple[str, int, Any, dict[str, Any]]], int]
 MAX_WINDOWS = 168
 PROFILES, CAPTURE = "profiles", "capture"
 QUALITY_METRICS = ("accuracy", "precision", "recall", "auc", "mae", "rmse")
@@ -222,7 +225,8 @@ class MonitorService:
 
     # Ground truth -------------------------------------------------------------------------------
     def add_labels(
-        self, principal: Principal, name: str, labels: list[tuple[str, int, Any]], *, named: Callable[[int], str] | None = None
+        self, principal: Principal, name: str, labels: list[tuple[str, int, Any]], *, named: Callable[[int], str] | None = None,
+        checked: Joined | None = None,
     ) -> dict[str, Any]:
         """Join (request id, row, label) to the predictions kept for those request ids, each
         labelled row once, and count them in the window and variant of their prediction. An
@@ -230,9 +234,10 @@ class MonitorService:
         labelled before is a `duplicate`; a matched row whose prediction was not a finite
         number (a regressor's NaN or infinity) is also `not_comparable`, in no figure; a label
         its prediction cannot be compared with is refused, naming it (`named(i)`: the i-th
-        label's field, `labels[i].label` by default), before anything is counted."""
+        label's field, `labels[i].label` by default), before anything is counted. `checked`:
+        what `check_labels` gave for these labels (their predictions not read again)."""
         tenant = principal.tenant
-        joined, made = self._joined(principal, name, labels, named)
+        joined, made = checked if checked is not None else self._joined(principal, name, labels, named)
         claimed = self.registry.claim_labels(
             tenant, name, [(rid, row) for rid, row, _, _ in joined], expires_at=now() + self.settings.monitor_keep_ttl_s, made=made
         )
@@ -278,15 +283,14 @@ class MonitorService:
 
     def check_labels(
         self, principal: Principal, name: str, labels: list[tuple[str, int, Any]], *, named: Callable[[int], str] | None = None
-    ) -> None:
+    ) -> Joined:
         """Refuse, as `add_labels` would, a label its prediction cannot be compared with,
         counting and claiming nothing: what posts labels in several parts (a file) checks them
-        all first, so that a bad label in a late part is refused before an early part counts."""
-        self._joined(principal, name, labels, named)
+        all first, so that a bad label in a late part is refused before an early part counts.
+        What it gives is `add_labels`'s `checked` for the same labels."""
+        return self._joined(principal, name, labels, named)
 
-    def _joined(
-        self, principal: Principal, name: str, labels: list[tuple[str, int, Any]], named: Callable[[int], str] | None
-    ) -> tuple[list[tuple[str, int, Any, dict[str, Any]]], int]:
+    def _joined(self, principal: Principal, name: str, labels: list[tuple[str, int, Any]], named: Callable[[int], str] | None) -> Joined:
         """The labels joined to their kept predictions (request id, row, the label as it is
         compared, the kept record), a label that cannot be compared refused; and the revision
         the deployment under the name was made at."""
