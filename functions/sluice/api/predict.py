@@ -22,7 +22,7 @@ from sluice.api.present import plain_body, v2_body
 from sluice.api.responses import JSONResponse, errors, lambda_size_over
 from sluice.codecs.binary import HEADER, binary_outputs, decode_inputs, to_bytes
 from sluice.codecs.classification import asked
-from sluice.codecs.triton import BINARY_JSON_CONTENT_TYPE, HEADER_SIZE_PARAMETER
+from sluice.codecs.triton import binary_json_type
 from sluice.domain.errors import BadRequest
 from sluice.domain.requests import (
     ArrayInputs,
@@ -65,7 +65,7 @@ async def _sent_or_kept(container: Container, principal: Principal, prediction: 
     header_size = response.headers.get(HEADER)
     media_type = response.media_type or "application/json"
     if header_size is not None:
-        media_type = f"{BINARY_JSON_CONTENT_TYPE};{HEADER_SIZE_PARAMETER}={header_size}"
+        media_type = binary_json_type(header_size)
     return await asyncio.to_thread(_kept, container, principal, prediction, bytes(response.body), media_type, rid)
 
 

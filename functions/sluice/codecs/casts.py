@@ -26,7 +26,7 @@ def cast_exact(array: np.ndarray, datatype: str, dtype: np.dtype, *, answer: boo
         raise TypeError("not text")
     if array.dtype.kind not in "biuf":  # text, objects, and numbers of no tensor type: complex (its imaginary part would be dropped), dates, durations
         raise TypeError("not numeric")
-    if datatype == "BOOL" and (array.dtype.kind not in "biuf" or not np.isin(array, (0, 1)).all()):
+    if datatype == "BOOL" and not np.isin(array, (0, 1)).all():
         raise TypeError("not a boolean")  # 0.25 is no more true than false; 1.0 is true
     # Refuse silent truncation of 1.5 into an integer input.
     if dtype.kind in "iu" and array.dtype.kind == "f" and not np.array_equal(array, np.trunc(array)):

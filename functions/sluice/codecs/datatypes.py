@@ -45,6 +45,8 @@ ONNX_TO_V2: dict[str, str] = {
 }
 
 FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64"})
+INT32_MAX = 2**31 - 1  # the largest INT32 (Triton's config numbers: max_batch_size, a count)
+UINT64_MAX = 2**64 - 1
 # What a classification can rank: the numbers.
 RANKED_TYPES = frozenset({"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "BF16", *FLOAT_TYPES})
 

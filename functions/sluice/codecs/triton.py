@@ -45,7 +45,12 @@ class TritonBody:
     def content_type(self) -> str:
         if self.header_size is None:
             return JSON_CONTENT_TYPE
-        return f"{BINARY_JSON_CONTENT_TYPE};{HEADER_SIZE_PARAMETER}={self.header_size}"
+        return binary_json_type(self.header_size)
+
+
+def binary_json_type(header_size: int | str) -> str:
+    """SageMaker's Triton content type of a binary body whose JSON header is `header_size` bytes."""
+    return f"{BINARY_JSON_CONTENT_TYPE};{HEADER_SIZE_PARAMETER}={header_size}"
 
 
 def _bytes_element(value: Any) -> bytes:

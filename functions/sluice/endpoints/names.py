@@ -45,15 +45,29 @@ def variant_name(name: str) -> str:
     return variant
 
 
+VARIANT_CHARS = 13  # of a variant's name in a model's or a component's
+FINGERPRINT_CHARS = 8  # of a config's or a model's fingerprint (hexadecimal)
+_CONFIG_TAIL = re.compile(rf"[0-9a-f]{{{FINGERPRINT_CHARS}}}")
+_MODEL_TAIL = re.compile(rf"[a-z0-9](?:[a-z0-9-]{{0,{VARIANT_CHARS - 2}}}[a-z0-9])?-[0-9a-f]{{{FINGERPRINT_CHARS}}}")
+
+
 def model_name(endpoint: str, variant: str, fingerprint: str) -> str:
-    return f"{endpoint}-{_cut(variant, 13)}-{fingerprint[:8]}"
+    return f"{endpoint}-{_cut(variant, VARIANT_CHARS)}-{fingerprint[:FINGERPRINT_CHARS]}"
 
 
 def config_name(endpoint: str, fingerprint: str) -> str:
-    return f"{endpoint}-{fingerprint[:8]}"
+    return f"{endpoint}-{fingerprint[:FINGERPRINT_CHARS]}"
+
+
+def shaped_for(endpoint: str, name: str, *, model: bool) -> bool:
+    """Whether `name` has the shape `model_name` (`model`) or `config_name` gives the
+    endpoint's: its name, a hyphen, then exactly that tail (a name that merely begins with
+    the endpoint's may be another endpoint's)."""
+    prefix = endpoint + "-"
+    return name.startswith(prefix) and (_MODEL_TAIL if model else _CONFIG_TAIL).fullmatch(name[len(prefix) :]) is not None
 
 
 def component_name(endpoint: str, variant: str) -> str:
     """A version's inference component on an endpoint of components: 63 characters at most,
     unique per variant (the digest of the whole name), found again by the endpoint's prefix."""
-    return f"{endpoint}-{_cut(variant, 13)}-{digest(endpoint, variant)}"
+    return f"{endpoint}-{_cut(variant, VARIANT_CHARS)}-{digest(endpoint, variant)}"

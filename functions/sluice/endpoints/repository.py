@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from sluice import owner_only
+from sluice.codecs.datatypes import INT32_MAX, UINT64_MAX
 from sluice.codecs.triton import batchable, config_dims
 from sluice.domain.errors import BadRequest, InvalidInput
 from sluice.endpoints.repository_check import SCALAR_ADVICE
@@ -38,8 +39,6 @@ DEFAULT_MAX_BATCH_SIZE = 64
 # The widest numbers Triton's model_config.proto holds: max_batch_size, instance_group's count
 # and dynamic_batching's preferred_batch_size are int32, max_queue_delay_microseconds uint64.
 # Triton cannot parse a config.pbtxt with a larger one, so sluice refuses it before writing.
-INT32_MAX = 2**31 - 1
-UINT64_MAX = 2**64 - 1
 
 _CONFIG_TYPES = {
     "BOOL": "TYPE_BOOL",

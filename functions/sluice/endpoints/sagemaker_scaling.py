@@ -101,7 +101,7 @@ class ScalingCalls:
                 page = self.cloudwatch().describe_alarms(
                     AlarmNames=names[start : start + 100], **({"NextToken": token} if token else {})
                 )
-                found += [a["AlarmName"] for a in page.get("MetricAlarms", []) if a["AlarmName"] in names]
+                found += [a["AlarmName"] for a in page.get("MetricAlarms", [])]  # asked by exact name: only those
                 token = page.get("NextToken")
                 if not token:
                     break

@@ -10,10 +10,9 @@ models and its `sluice:tenant` and `sluice:deployment` tags name this endpoint.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
-from sluice.endpoints.names import endpoint_name
+from sluice.endpoints.names import endpoint_name, shaped_for
 from sluice.endpoints.sagemaker_support import Tag, aws_error, error_code, is_missing, tags_of
 from sluice.endpoints.scaling import (
     BACKLOG,
@@ -54,7 +53,7 @@ def undeploy(endpoints: SageMakerEndpoints, name: str, state: EndpointState | No
             policies, targets = endpoints.scaling.remove(dimension, resources)
             deleted["scaling_policies"] += policies
             deleted["scalable_targets"] += targets
-        if mode != "realtime":
+        if state is not None and mode != "realtime":
             deleted["alarms"] = endpoints.scaling.remove_alarms(_alarms(name, state))
         for component in components:
             if _quietly(endpoints.sagemaker.delete_inference_component, InferenceComponentName=component):
@@ -81,12 +80,10 @@ def undeploy(endpoints: SageMakerEndpoints, name: str, state: EndpointState | No
     return deleted
 
 
-def _alarms(endpoint: str, state: EndpointState | None) -> list[str]:
+def _alarms(endpoint: str, state: EndpointState) -> list[str]:
     """The exact names of the scale-from-zero alarms sluice made for the endpoint (async) or
     for its components: never every alarm under the endpoint's name, which may be another
     tenant's or an operator's."""
-    if state is None:
-        return []
     if state.mode == "async" and BACKLOG.from_zero is not None:
         return [BACKLOG.from_zero.alarm_name(endpoint)]
     if state.mode == "components" and COPIES.from_zero is not None:
@@ -94,24 +91,17 @@ def _alarms(endpoint: str, state: EndpointState | None) -> list[str]:
     return []
 
 
-# `<endpoint>-<fingerprint>` and `<endpoint>-<variant>-<fingerprint>` (sluice.endpoints.names)
-_CONFIG_TAIL = re.compile(r"[0-9a-f]{8}")
-_MODEL_TAIL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,11}[a-z0-9])?-[0-9a-f]{8}")
-
-
 def _owned(sagemaker: Any, endpoint: str, operation: str, key: str, kind: str, known: set[str]) -> Iterator[str]:
     """The endpoint's configs (`kind` "EndpointConfig") or models ("Model") that its own
     description no longer names (left by an earlier deploy or a half-finished one): of the
     names SageMaker lists, those shaped as sluice names this endpoint's and tagged as made
     for this tenant's deployment. `known`: names already taken from the description."""
-    tail = _CONFIG_TAIL if kind == "EndpointConfig" else _MODEL_TAIL
-    prefix = endpoint + "-"
     token = None
     while True:
         page = getattr(sagemaker, operation)(NameContains=endpoint, **({"NextToken": token} if token else {}))
         for item in page.get(key, []):
             name = item[f"{kind}Name"]
-            if name in known or not name.startswith(prefix) or not tail.fullmatch(name[len(prefix) :]):
+            if name in known or not shaped_for(endpoint, name, model=kind == "Model"):
                 continue
             if _made_for(sagemaker, item.get(f"{kind}Arn", ""), endpoint):
                 yield name

@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from sluice.codecs.json_text import NestedTooDeep, loads
-from sluice.codecs.triton import BINARY_JSON_CONTENT_TYPE, HEADER_SIZE_PARAMETER, JSON_CONTENT_TYPE
+from sluice.codecs.triton import (
+    BINARY_JSON_CONTENT_TYPE,
+    HEADER_SIZE_PARAMETER,
+    JSON_CONTENT_TYPE,
+    binary_json_type,
+)
 from sluice.domain.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from sluice.domain.requests import ArrayInputs, RowInputs, Tensor, TensorInputs
 from sluice.domain.uploads import OCTET_STREAM, UPLOAD_ID, Upload
@@ -69,7 +74,7 @@ def stored_type(content_type: str, header_size: int | None) -> tuple[str, int | 
             f"a binary body needs header_size: its JSON header's length (the Inference-Header-Content-Length), 1 to {MAX_HEADER_BYTES}",
             field="header_size",
         )
-    return f"{BINARY_JSON_CONTENT_TYPE};{HEADER_SIZE_PARAMETER}={header_size}", header_size
+    return binary_json_type(header_size), header_size
 
 
 @dataclass(eq=False, slots=True)

@@ -108,9 +108,8 @@ def _scalar_holds(compare: Compare, found: Any) -> bool:
         # The text read as a number once per condition (an `in` list holds up to MAX_IN_VALUES
         # values), and only where a value is one: text against text reads no number.
         number = _number(found) if any(type(v) in (int, float) for v in values) else None  # type: ignore[union-attr]
-        if op == "in":
-            return any(_equal(found, number, v) for v in values)  # type: ignore[union-attr]
-        return _equal(found, number, wanted) is (op == "==")
+        same = any(_equal(found, number, v) for v in values)  # type: ignore[union-attr]
+        return not same if op == "!=" else same
     number = _number(found)
     if number is None:
         return False

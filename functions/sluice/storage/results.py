@@ -15,7 +15,6 @@ import re
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlsplit
 
 from sluice import owner_only
 from sluice.domain.errors import BackendError, Forbidden
@@ -99,9 +98,11 @@ class FolderResults:
         """The file a result's URI names. The URI is percent-encoded as `Path.as_uri` wrote it
         (a home under `Application Support` or `josé` has `%20` or `%C3%A9` in it), so it is
         decoded before it is resolved; the tenant's ownership is then checked on that real path."""
-        if urlsplit(uri).scheme != "file":
-            raise Forbidden("the result lies outside this store", field="result")
-        return path_of_file_url(uri).resolve()
+        try:
+            path = path_of_file_url(uri)  # not a file URL: a ValueError
+        except ValueError:
+            raise Forbidden("the result lies outside this store", field="result") from None
+        return path.resolve()
 
     def owns(self, tenant: str, uri: str) -> bool:
         try:

@@ -15,11 +15,8 @@ from pydantic import Field
 
 from sluice.api.deps import AdminDep, EndpointsDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
+from sluice.codecs.datatypes import INT32_MAX  # Triton's max_batch_size is an int32
 from sluice.types.base import WireModel
-
-# Triton's max_batch_size is an int32: a larger one is a config.pbtxt Triton cannot read
-# (sluice.endpoints.repository.INT32_MAX, not imported here to keep the API's start light).
-INT32_MAX = 2**31 - 1
 
 router = APIRouter(prefix="/api/v1/deployments", tags=["endpoints"], responses=errors(*MANAGEMENT, 502, 503), default_response_class=JSONResponse)
 
