@@ -31,7 +31,9 @@ def test_the_route_prices_every_runtime_from_the_deployments_statistics(
 ) -> None:
     _traffic(client, keys["acme"])
     stats = client.get("/api/v1/deployments/iris/stats", headers=auth(keys["acme"])).json()["overall"]
-    r = client.get("/api/v1/deployments/iris/cost", params={"rps": 20, "p99_ms": 500}, headers=auth(keys["acme"]))
+    # The target is far above any p99 a loaded machine gives these five requests (the first one
+    # loads the model): the recommendation must not depend on how busy the machine is.
+    r = client.get("/api/v1/deployments/iris/cost", params={"rps": 20, "p99_ms": 60_000}, headers=auth(keys["acme"]))
     assert r.status_code == 200, r.text
     report = r.json()
     assert report["runs_on"] == ["onnx"] and report["prices"]["region"] == "us-east-1" and report["prices"]["as_of"]
