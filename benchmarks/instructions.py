@@ -84,9 +84,11 @@ def child(out: Path, case: str, folder: Path, k: int) -> None:
 
 # the parent ---------------------------------------------------------------------------------
 # What a container does once a while rather than once a request (read its deployment again,
-# every `SLUICE_DEPLOYMENT_CACHE_TTL_S`, 1 s by default; a table's publication, every 5 s) comes
-# about as often per request under callgrind, some 50 times slower, as at full speed: each
-# period is the default's times this (the publication's at most 60 s, the most it may be).
+# every `SLUICE_DEPLOYMENT_CACHE_TTL_S`, 1 s by default; a table's publication, every 5 s;
+# merge its statistics into the registry, every 2 s; write its monitoring profiles and kept
+# predictions, every 30 s) comes about as often per request under callgrind, some 50 times
+# slower, as at full speed: each period is the default's times this (the publication's at most
+# 60 s, the most it may be).
 SLOWER = 50
 
 
@@ -94,6 +96,7 @@ def _counts(case: str, k: int) -> list[int]:
     with tempfile.TemporaryDirectory() as tmp:
         env = lambda_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_DEPLOYMENT_CACHE_TTL_S=str(1.0 * SLOWER),
                          SLUICE_PRECOMPUTED_PUBLICATION_TTL_S=str(min(5.0 * SLOWER, 60.0)),
+                         SLUICE_STATS_FLUSH_S=str(2.0 * SLOWER), SLUICE_MONITOR_FLUSH_S=str(30.0 * SLOWER),
                          SLUICE_LOOKUP_SQLITE=str(Path(tmp) / "{tenant}.db"), PYTHONHASHSEED="0")  # fmt: skip
         counted = Path(tmp) / "cg.out"
         under = ("valgrind", "--tool=callgrind", "--collect-atstart=no", f"--toggle-collect={TOGGLE}", f"--dump-after={TOGGLE}", f"--callgrind-out-file={counted}")
@@ -114,7 +117,8 @@ def run(quick: bool) -> dict[str, Any]:
                               reference=reference, ref_values=[float(theirs)]))  # fmt: skip
     notes = [
         f"Counted by callgrind over {k} requests of each subject after 300 to warm every path, in one process per case "
-        f"(PYTHONHASHSEED=0; the deployment and publication caches' periods {SLOWER} times their defaults, as callgrind runs "
+        f"(PYTHONHASHSEED=0; the deployment and publication caches' periods, and the statistics' and monitoring's flushes', {SLOWER} times "
+        "their defaults, as callgrind runs "
         "about that much slower); counts repeat within about 0.5%. Not times: see the lookups and precomputed sections for those.",
     ]
     return section("instructions", "Machine instructions per request (counted, not timed)", figures, notes=notes)
