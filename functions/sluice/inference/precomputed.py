@@ -63,6 +63,11 @@ class PrecomputedReader:
         self._fit = (specs, outputs, why)
         return why
 
+    def kept(self, tenant: str, table: str) -> tuple[Publication | None, tuple[TensorSpec, ...]] | None:
+        """The table's publication (and its outputs' specs) as this container holds it; None
+        when it holds none or its time is up (`publication` reads it)."""
+        return self._publications.get((tenant, table))
+
     async def publication(self, tenant: str, table: str) -> tuple[Publication | None, tuple[TensorSpec, ...]]:
         kept = self._publications.get((tenant, table))
         if kept is None:
@@ -81,7 +86,7 @@ class PrecomputedReader:
 async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
     first = next(iter(arrays.values()), None)
     rows = 0 if first is None or first.ndim == 0 else int(first.shape[0])
-    entities = await _entities(runner, node, call, arrays, rows)
+    entities = _request_entities(node, call, rows) if node.source != "inputs" else await _input_entities(runner, node, call, arrays, rows)
     dep = call.deployment
     started = time.perf_counter()
     stored: dict[str, Stored] = {}
@@ -91,45 +96,50 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
     wanted = [e for e in entities if e is not None]
     if reader is not None and wanted:
         try:
-            publication, specs = await reader.publication(call.tenant, node.table)
+            kept = reader.kept(call.tenant, node.table)
+            publication, specs = kept if kept is not None else await reader.publication(call.tenant, node.table)
             if publication is not None:
-                stored = await reader.answers(call.tenant, node.table, publication.generation, wanted)
+                if reader.inline:  # a read that never waits: no coroutine around it
+                    stored = reader.store.get_answers(call.tenant, node.table, publication.generation, wanted, now=time.time())
+                else:
+                    stored = await reader.answers(call.tenant, node.table, publication.generation, wanted)
         except Exception as exc:  # the table is a shortcut: its failure answers live
             get_logger().warning("precomputed table unreadable: answering live", extra={"table": node.table, "error": str(exc)[:200]})
             runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), 0.0, ok=False)
             publication, stored = None, {}
-    signature, version = await _live_signature(runner, node.live, call.tenant) if publication is not None else (None, None)
+    signature, version = (_known_signature(runner, node.live, call.tenant) or await _live_signature(runner, node.live, call.tenant)) if publication is not None else (None, None)
     if publication is not None and signature is not None and reader is not None and reader.misfit(specs, signature.outputs) is not None:
         get_logger().warning("precomputed table does not fit its live node: answering live", extra={"table": node.table})
         stored = {}
-    now, max_age = time.time(), node.max_age_s
-    hit: list[bool] = [False] * rows
+    at: list[int] = []  # the rows answered from the table, in order
     stale = 0
     if stored:
+        now, max_age = time.time(), node.max_age_s
         for i, entity in enumerate(entities):
             found = stored.get(entity) if entity is not None else None  # type: ignore[arg-type]
             if found is not None:
                 if now - found.computed_at <= max_age:
-                    hit[i] = True
+                    at.append(i)
                 else:
                     stale += 1
-    at = [i for i, h in enumerate(hit) if h]
-    kept = [entities[i] for i in at]
+    kept_entities = [entities[i] for i in at]
     outputs: dict[str, np.ndarray] = {}
     if at:
         try:
-            outputs = decode_rows(specs, [stored[e].body for e in kept])  # type: ignore[index]
+            outputs = decode_rows(specs, [stored[e].body for e in kept_entities])  # type: ignore[index]
         except Exception as exc:  # rows that do not fit their publication (a job whose model changed as it ran): answered live
             get_logger().warning("precomputed answers do not fit their publication: answering live", extra={"table": node.table, "error": str(exc)[:200]})
             runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), 0.0, ok=False)
-            hit, at, kept = [False] * rows, [], []
+            at, kept_entities = [], []
     hits = len(at)
-    read_ms = (time.perf_counter() - started) * 1000
     if hits:
-        runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), read_ms, ok=True, rows=hits)
-    if hits == rows and rows:
-        assert signature is not None and version is not None and publication is not None
-        return _stored_answer(signature, version, outputs, publication, call, [stored[e].computed_at for e in kept])  # type: ignore[index]
+        runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), (time.perf_counter() - started) * 1000, ok=True, rows=hits)
+        if hits == rows:
+            assert signature is not None and version is not None and publication is not None
+            return _stored_answer(signature, version, outputs, publication, call, [stored[e].computed_at for e in kept_entities])  # type: ignore[index]
+    hit = [False] * rows
+    for i in at:
+        hit[i] = True
     misses = [i for i, h in enumerate(hit) if not h]
     live_key = (dep.tenant, dep.name, dep.revision, "source:live")
     started = time.perf_counter()
@@ -147,23 +157,26 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
     answer.result = _merged(rows, np.asarray(misses), answer.result, np.asarray(at), outputs, publication.classes if publication else {})
     answer.source = ["precomputed" if h else "live" for h in hit]
     times: list[float | None] = [None] * rows
-    for place, entity in zip(at, kept, strict=True):
+    for place, entity in zip(at, kept_entities, strict=True):
         times[place] = stored[entity].computed_at  # type: ignore[index]
     answer.computed_at = times
     return answer
 
 
-async def _entities(runner: PolicyRunner, node: Precomputed, call: Call, arrays: dict[str, np.ndarray], rows: int) -> list[str | None]:
-    """Each row's entity: the request's (routing key, a header) for every row, or a row's value of an input."""
+def _request_entities(node: Precomputed, call: Call, rows: int) -> list[str | None]:
+    """Each row's entity where the key is the request's (its routing key, a header): one for every row."""
     if not rows:
         return []
     request = call.request
     if node.source == "routing_key":
         return [entity_of(request.routing_key if request is not None else None)] * rows
-    if node.source == "headers":
-        return [entity_of(header_of(request.headers, node.name) if request is not None else None)] * rows
+    return [entity_of(header_of(request.headers, node.name) if request is not None else None)] * rows
+
+
+async def _input_entities(runner: PolicyRunner, node: Precomputed, call: Call, arrays: dict[str, np.ndarray], rows: int) -> list[str | None]:
+    """Each row's entity where the key is an input's: a row's value in the key's column."""
     array = arrays.get(node.name)
-    if array is None:
+    if not rows or array is None:
         return [None] * rows
     column = node.column
     if isinstance(column, str):
@@ -175,6 +188,16 @@ async def _entities(runner: PolicyRunner, node: Precomputed, call: Call, arrays:
             return [None] * rows
     values = array.reshape(rows, -1)[:, column] if column is not None else array.reshape(rows, -1)[:, 0]
     return [entity_of(v) for v in values.tolist()]
+
+
+def _known_signature(runner: PolicyRunner, node: Node, tenant: str) -> tuple[Signature, ModelVersion] | None:
+    """`_live_signature`'s answer with no wait, where the live node is a model whose version this
+    container holds (the usual case); None otherwise."""
+    if node.kind == "single":
+        version = runner.lookups.cached_version(tenant, node.model, node.version)  # type: ignore[union-attr]
+        if version is not None:
+            return version.signature, version
+    return None
 
 
 async def _live_signature(runner: PolicyRunner, node: Node, tenant: str) -> tuple[Signature, ModelVersion]:
