@@ -1,7 +1,8 @@
 """Publishing precomputed answers under faults, on the embedded defaults: a job that publishes
 and then does not succeed (a later step of Finalize fails, it is cancelled or found dead) is
 withdrawn; a Finalize tried again replaces what its first try replaced; what a withdrawal puts
-back keeps its own expiry; a stored answer that does not fit is answered live; keys are text
+back keeps its own expiry; a stored answer that does not fit, and a table that cannot be read,
+are answered live (and counted); keys are text
 as they were written (a CSV's publish key, a header sent as UTF-8)."""
 
 from __future__ import annotations
@@ -217,3 +218,29 @@ def test_a_header_key_sent_as_utf8_finds_its_entity(recs: Container, acme: Princ
         with client.websocket_connect("/api/v1/stream", headers=headers) as socket:  # type: ignore[arg-type]  # the handshake's header, alike
             socket.send_json({"deployment": "recs", "inputs": [[0.02] * 10]})
             assert socket.receive_json()["source"] == "precomputed", user
+
+
+@pytest.mark.parametrize("failing", ["publication", "get_answers"])
+def test_a_table_that_cannot_be_read_is_answered_live_and_counted(recs: Container, acme: Principal, tmp_path: Path, failing: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table is a shortcut: a store that fails as its publication or its answers are read
+    leaves the request answered live (200, `source: live`), the failure counted under the
+    precomputed source's errors and said in a warning; once it reads again, it serves again."""
+    _, key = recs.keys.create("acme", ["predict"])
+    client = TestClient(create_app(recs))
+    job = run_job(recs, acme, users_csv(tmp_path / "night.csv", ["u1"], 0.01), deployment="diabetes", key_columns=["user"], publish=PUBLISH)
+    store = recs.precomputed
+    assert store is not None
+    read = getattr(store, failing)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("disk I/O error")
+
+    monkeypatch.setattr(store, failing, broken)
+    answer = ask(client, key, "u1")
+    assert (answer["source"], answer.get("computed_at")) == ("live", None)
+    assert answer["prediction"] == pytest.approx(ask(client, key, "u1", deployment="diabetes")["prediction"])  # the live model's
+    sources = recs.deployments.stats(acme, "recs")["sources"]
+    assert sources["precomputed"]["errors"] == 1 and sources["live"]["requests"] == 1
+    monkeypatch.setattr(store, failing, read)
+    served = ask(client, key, "u1")
+    assert (served["source"], served["prediction"]) == ("precomputed", pytest.approx(scored(job)["u1"], rel=1e-5))
