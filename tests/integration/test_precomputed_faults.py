@@ -2,8 +2,8 @@
 and then does not succeed (a later step of Finalize fails, it is cancelled or found dead) is
 withdrawn; a Finalize tried again replaces what its first try replaced; what a withdrawal puts
 back keeps its own expiry; a stored answer that does not fit, and a table that cannot be read,
-are answered live (and counted); keys are text
-as they were written (a CSV's publish key, a header sent as UTF-8)."""
+are answered live (and counted); keys are text as they were written (a CSV's publish key, a
+header sent as UTF-8)."""
 
 from __future__ import annotations
 
