@@ -28,7 +28,7 @@ from mangum.handlers.utils import (
 )
 
 if TYPE_CHECKING:
-    from mangum.types import LambdaConfig
+    from mangum.types import LambdaConfig, Scope
 
 
 def gateway_handler(event: Any, context: Any, config: LambdaConfig) -> RestEvent | HttpEvent | None:
@@ -69,21 +69,17 @@ class RestEvent(APIGateway):
     """A REST API (v1) event: `APIGateway`'s scope and result."""
 
     @property
-    def scope(self) -> dict[str, Any]:
+    def scope(self) -> Scope:
         event = self.event
         try:
             raw = event.get("headers", {}) or {}
             multi = event.get("multiValueHeaders")
-            if multi and (not raw or (type(raw) is dict and list(raw) == list(multi))):
-                # API Gateway's usual event: the same names, in the same order, in both. Each
-                # value Mangum takes from `headers` it then replaces with `multiValueHeaders`'s
-                # (in the same place): the latter's alone give the same headers.
-                headers = {k.lower(): ", ".join(v) if isinstance(v, list) else "" for k, v in multi.items()}
-            else:
-                headers = {k.lower(): v for k, v in raw.items()}
-                if multi:
-                    for k, v in multi.items():
-                        headers[k.lower()] = ", ".join(v) if isinstance(v, list) else ""
+            # Mangum takes each value from `headers`, then replaces it (in its place) with
+            # `multiValueHeaders`'s, joined: `headers | joined`. In API Gateway's usual event
+            # both hold the same names in the same order, and `joined` alone is that.
+            joined = {k.lower(): ", ".join(v) if isinstance(v, list) else "" for k, v in multi.items()} if multi else {}
+            same = multi and (not raw or (type(raw) is dict and list(raw) == list(multi)))
+            headers = joined if same else {k.lower(): v for k, v in raw.items()} | joined
             params = event.get("multiValueQueryStringParameters", {}) or event.get("queryStringParameters", {})
             query = urlencode(params, doseq=True).encode() if params else b""
             ip = event["requestContext"].get("identity", {}).get("sourceIp")
@@ -118,7 +114,7 @@ class HttpEvent(HTTPGateway):
     scoped = False
 
     @property
-    def scope(self) -> dict[str, Any]:
+    def scope(self) -> Scope:
         event = self.event
         try:
             if event["version"] != "2.0":

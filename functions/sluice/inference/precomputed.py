@@ -77,7 +77,12 @@ class PrecomputedReader:
         return kept
 
     async def answers(self, tenant: str, table: str, generation: str, entities: list[str]) -> dict[str, Stored]:
-        return await self._read(self.store.get_answers, tenant, table, generation, entities, now=time.time())  # type: ignore[no-any-return]
+        return await self._read(self.answers_inline, tenant, table, generation, entities)  # type: ignore[no-any-return]
+
+    def answers_inline(self, tenant: str, table: str, generation: str, entities: list[str]) -> dict[str, Stored]:
+        """The stored answers of `entities` in the table's `generation`, read on this thread
+        (where the store's reads never wait, `reads_inline`: what `answers` awaits there)."""
+        return self.store.get_answers(tenant, table, generation, entities, now=time.time())
 
     async def _read(self, call: Any, *args: Any, **kw: Any) -> Any:
         return call(*args, **kw) if self.inline else await asyncio.to_thread(call, *args, **kw)
@@ -100,7 +105,7 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
             publication, specs = kept if kept is not None else await reader.publication(call.tenant, node.table)
             if publication is not None:
                 if reader.inline:  # a read that never waits: no coroutine around it
-                    stored = reader.store.get_answers(call.tenant, node.table, publication.generation, wanted, now=time.time())
+                    stored = reader.answers_inline(call.tenant, node.table, publication.generation, wanted)
                 else:
                     stored = await reader.answers(call.tenant, node.table, publication.generation, wanted)
         except Exception as exc:  # the table is a shortcut: its failure answers live
