@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from aws_lambda_powertools import Logger
 
-_NONE = type(None)
+_MILLIS = tuple(f"{ms:03d}" for ms in range(1000))  # a timestamp's milliseconds as powertools writes them
 
 
 @lru_cache(maxsize=1)
@@ -118,14 +118,6 @@ def formatter_class() -> type:
         def line(self, levelname: str, func: str, lineno: int, created: float, msecs: float, message: str, fields: dict[str, Any]) -> str | None:
             """The line powertools would write for a plain record with these attributes and
             these fields (its extras); None where only powertools' own path can tell."""
-            if (
-                not message
-                or message[0] in maybe_json
-                or self.datefmt
-                or self.use_rfc3339_iso8601
-                or base._get_context().get()
-            ):
-                return None
             keys = self.log_format
             seen = self._seen
             if seen is None or seen[0] != id(keys) or seen[1] != self._version:
@@ -138,23 +130,31 @@ def formatter_class() -> type:
             at = (levelname, func, lineno, message)
             pieces = joined.get(at)
             if pieces is None:
-                pieces = joined[at] = self._pieces(levelname, func, lineno, message)
-            if not pieces or not self._blocked.isdisjoint(fields):
+                plain = message and message[0] not in maybe_json
+                pieces = joined[at] = self._pieces(levelname, func, lineno, message) if plain else ()
+            if not pieces or self.datefmt or self.use_rfc3339_iso8601 or base._get_context().get() or not self._blocked.isdisjoint(fields):
                 return None
             second = int(created)
             if second != self._second:  # the timestamp's seconds, once per second
                 parts = self.converter(created)
-                self._stamp = (time.strftime("%Y-%m-%d %H:%M:%S,", parts), time.strftime("%z", parts))
+                self._stamp = (time.strftime('"%Y-%m-%d %H:%M:%S,', parts), time.strftime('%z"', parts))
                 self._second = second
             head, zone = self._stamp
-            text = f'"{head}{int(msecs):03d}{zone}"'.join(pieces)
-            own = fields if _NONE not in map(type, fields.values()) else {k: v for k, v in fields.items() if v is not None}  # types: never an array's ==
+            ms = int(msecs)
+            text = f"{head}{_MILLIS[ms] if 0 <= ms < 1000 else f'{ms:03d}'}{zone}".join(pieces)
             version, trace = self._trace
             if version != self._version:  # outside an invocation (or keys changed in one): read per line, as powertools does
                 trace = self._trace_member()
-            if own:
-                return f"{text},{dumps(own)[1:-1]}{trace}}}"
-            return f"{text}{trace}}}"
+            if not fields:
+                return f"{text}{trace}}}"
+            own = dumps(fields)
+            if ":null" in own:  # a field that may be None (or a text that holds the word): powertools drops None
+                kept = {k: v for k, v in fields.items() if v is not None}
+                if len(kept) < len(fields):
+                    if not kept:
+                        return f"{text}{trace}}}"
+                    own = dumps(kept)
+            return f"{text},{own[1:-1]}{trace}}}"
 
         def _pieces(self, levelname: str, func: str, lineno: int, message: str) -> tuple[str, ...]:
             """The call site's fixed keys as text with the volatile keys' values in place: the
