@@ -129,6 +129,30 @@ def test_log_lines_are_powertools_own(monkeypatch: pytest.MonkeyPatch) -> None:
         ours.log_format.update(before)
 
 
+def test_lines_around_the_epoch_and_of_many_messages_are_powertools_own() -> None:
+    """A timestamp's seconds are made once per second, and a second is told by its floor (a
+    time before 1970 is not cut towards zero into the one after it); texts kept per message
+    stay bounded however many messages are written."""
+    import logging
+
+    from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+
+    from sluice.observability.formatter import MAX_SITES
+    from sluice.observability.formatter import dumps as _dumps
+
+    ours = get_logger().registered_formatter
+    theirs = LambdaPowertoolsFormatter(json_serializer=_dumps)
+    theirs.log_format = dict(ours.log_format)
+    std = logging.getLogger("sluice.test")
+    for created in (-1.5, -0.5, 0.5, 0.75, 1.25, 1_700_000_000.999):
+        record = std.makeRecord(std.name, logging.INFO, "f.py", 7, "prediction", (), None, "fn", {"none": None, "nan": float("nan"), "rows": 1})
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        assert ours.format(record) == theirs.format(record), created
+    for i in range(3 * MAX_SITES):
+        ours.format(std.makeRecord(std.name, logging.INFO, "f.py", 7, f"read {i} rows", (), None, "fn", {}))
+    assert len(ours._joined[1]) <= MAX_SITES and len(ours._plans) <= MAX_SITES
+
+
 def test_the_prediction_line_goes_straight_to_powertools_handler(monkeypatch: pytest.MonkeyPatch) -> None:
     """With powertools' handler the only one on the way, the line is written without a record:
     the same keys in the same order as `logger.info` writes. (pytest's own capture handlers
@@ -280,15 +304,16 @@ _before_invocation = st.sampled_from(["nothing", "nothing", "nothing", "renamed"
                 st.none(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=5), st.floats(), st.booleans(),
                 # what holds the text of a None without being one: the formatter looks for it in the line
                 st.sampled_from([":null", '":null', "a:null}", {"a": None}, [None], {"b": [None, ":null"]}]),
-            ),  # fmt: skip
+            ),
             max_size=4,
         ),
         min_size=1,
-        max_size=3,
+        max_size=4,
     ),
+    msecs=st.lists(st.sampled_from([0.0, 7.5, 250.0, 999.9]), min_size=4, max_size=4),
 )
 def test_consecutive_invocations_keys_and_lines_are_powertools_own(
-    steps: list[tuple[str, str, bool, str | None]], extras: list[dict[str, object]]
+    steps: list[tuple[str, str, bool, str | None]], extras: list[dict[str, object]], msecs: list[float]
 ) -> None:
     """Invocation after invocation (another request id, cold or not, another trace, keys
     appended, removed or cleared between them, the function renamed), the keys sluice's
@@ -311,8 +336,8 @@ def test_consecutive_invocations_keys_and_lines_are_powertools_own(
     std = logging.getLogger("sluice.test")
     messages = ("prediction", "other {deployment}", "prediction failed }{", "[not a word")
     records = [std.makeRecord(std.name, logging.INFO, "f.py", 7 + i, messages[i % 4], (), None, "fn", x) for i, x in enumerate(extras)]
-    for record in records:
-        record.created, record.msecs = 1_700_000_000.25, 250.0
+    for i, record in enumerate(records):  # each in a second of its own, at a millisecond of its own
+        record.created, record.msecs = 1_700_000_000 + i + msecs[i] / 1000, msecs[i]
 
     def run(decorate: object) -> list[tuple[dict, list[str]]]:
         seen: list[tuple[dict, list[str]]] = []

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from aws_lambda_powertools import Logger
 
+_NONE = type(None)
 _MILLIS = tuple(f"{ms:03d}" for ms in range(1000))  # a timestamp's milliseconds as powertools writes them
 
 
@@ -48,7 +49,7 @@ def formatter_class() -> type:
     stamp = "ts"
 
     class Formatter(base.LambdaPowertoolsFormatter):
-        _second = -1
+        _second: int | None = None  # the second `_stamp` was made for (None: none yet)
         _stamp = ("", "")
         _version = 0
         _seen: tuple[int, int] | None = None  # (id, version) of the keys last looked at
@@ -104,6 +105,8 @@ def formatter_class() -> type:
                 if fixed:
                     parts = slot.split(dumps(fixed)[:-1])
                     plan = tuple(p if i % 2 == 0 else "\0" if p == stamp else names[int(p)] for i, p in enumerate(parts))
+            if len(self._plans) >= MAX_SITES:  # messages that vary (a line of text made per record): a bound all the same
+                self._plans.clear()
             self._plans[at] = plan
             return plan
 
@@ -127,18 +130,21 @@ def formatter_class() -> type:
             if token is not seen:  # new keys, or a new invocation's values: texts made anew
                 joined = {}
                 self._joined = (seen, joined)
+            if not message or message[0] in maybe_json:
+                return None
             at = (levelname, func, lineno, message)
             pieces = joined.get(at)
             if pieces is None:
-                plain = message and message[0] not in maybe_json
-                pieces = joined[at] = self._pieces(levelname, func, lineno, message) if plain else ()
+                if len(joined) >= MAX_SITES:
+                    joined.clear()
+                pieces = joined[at] = self._pieces(levelname, func, lineno, message)
             if not pieces or self.datefmt or self.use_rfc3339_iso8601 or base._get_context().get() or not self._blocked.isdisjoint(fields):
                 return None
             second = int(created)
             if second != self._second:  # the timestamp's seconds, once per second
                 parts = self.converter(created)
                 self._stamp = (time.strftime('"%Y-%m-%d %H:%M:%S,', parts), time.strftime('%z"', parts))
-                self._second = second
+                self._second = second if created >= 0 else None  # before 1970 `int` is not the floor: made per line
             head, zone = self._stamp
             ms = int(msecs)
             text = f"{head}{_MILLIS[ms] if 0 <= ms < 1000 else f'{ms:03d}'}{zone}".join(pieces)
@@ -148,12 +154,11 @@ def formatter_class() -> type:
             if not fields:
                 return f"{text}{trace}}}"
             own = dumps(fields)
-            if ":null" in own:  # a field that may be None (or a text that holds the word): powertools drops None
+            if ":null" in own and _NONE in map(type, fields.values()):  # powertools drops a field that is None (types: never an array's ==)
                 kept = {k: v for k, v in fields.items() if v is not None}
-                if len(kept) < len(fields):
-                    if not kept:
-                        return f"{text}{trace}}}"
-                    own = dumps(kept)
+                if not kept:
+                    return f"{text}{trace}}}"
+                own = dumps(kept)
             return f"{text},{own[1:-1]}{trace}}}"
 
         def _pieces(self, levelname: str, func: str, lineno: int, message: str) -> tuple[str, ...]:
@@ -314,6 +319,7 @@ def log_info(logger: Logger, message: str, extra: dict[str, Any]) -> None:
 
 _LINES: dict[tuple[int, int], tuple[CodeType, int]] = {}  # (id of a code, instruction) -> (the code, its line)
 MAX_LINES = 4096  # call sites: a few; a bound all the same
+MAX_SITES = 1024  # (level, function, line, message) a formatter keeps texts for
 
 
 def _line_of(frame: FrameType) -> int:
