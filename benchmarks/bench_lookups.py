@@ -57,6 +57,7 @@ LOOKUP = {
 }  # fmt: skip
 CONCAT = {"kind": "transform", "ops": [{"op": "concat", "inputs": ["amount", "avg_amount", "chargebacks"], "output": "features"}, {"op": "keep", "names": ["features"]}]}
 FRAUD = {"kind": "sequence", "steps": [{"name": "customer", "target": LOOKUP}, {"name": "prepare", "target": CONCAT}, {"name": "score", "target": {"kind": "single", "model": "fraud", "version": 1}}]}
+BLOCKS = 10  # a run's requests of each subject, in this many turns (tight loops of n / BLOCKS)
 CACHE_TTL_S = 600.0  # longer than a run: every customer is read from the store once
 CACHED = {**FRAUD, "steps": [{"name": "customer", "target": {**LOOKUP, "cache_ttl_s": CACHE_TTL_S}}, *FRAUD["steps"][1:]]}
 JOINED_INPUTS = [{"name": n, "datatype": d, "shape": [-1]} for n, d in (("amount", "FP32"), ("avg_amount", "FP32"), ("chargebacks", "INT64"))]
@@ -134,9 +135,13 @@ def _latency(container: Any, model: bytes, folder: Path, repeats: int, n: int, c
         for call in calls.values():
             call(20)
         runs: dict[str, list[float]] = {name: [] for name in calls}
-        for r in range(repeats):
-            for name in rotate(list(calls), r):
-                runs[name].append(percentile(calls[name](n), 50))
+        for r in range(repeats):  # each run's requests in BLOCKS turns of the subjects: a burst of the
+            samples: dict[str, list[float]] = {name: [] for name in calls}  # machine's other work lands on all of them
+            for b in range(BLOCKS):
+                for name in rotate(list(calls), r + b):
+                    samples[name] += calls[name](max(1, n // BLOCKS))
+            for name, taken in samples.items():
+                runs[name].append(percentile(taken, 50))
         results[str(batch)] = runs
     return results
 
