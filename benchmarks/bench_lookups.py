@@ -27,20 +27,18 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import (
-    PYTHON,
-    REPO,
     Goal,
     figure,
     lambda_env,
-    percentile,
     rotate,
+    rotated_p50s,
+    run_child,
     section,
 )
 
@@ -134,15 +132,7 @@ def _latency(container: Any, model: bytes, folder: Path, repeats: int, n: int, c
         }
         for call in calls.values():
             call(20)
-        runs: dict[str, list[float]] = {name: [] for name in calls}
-        for r in range(repeats):  # each run's requests in BLOCKS turns of the subjects: a burst of the
-            samples: dict[str, list[float]] = {name: [] for name in calls}  # machine's other work lands on all of them
-            for b in range(BLOCKS):
-                for name in rotate(list(calls), r + b):
-                    samples[name] += calls[name](max(1, n // BLOCKS))
-            for name, taken in samples.items():
-                runs[name].append(percentile(taken, 50))
-        results[str(batch)] = runs
+        results[str(batch)] = rotated_p50s(calls, list(calls), repeats=repeats, n=n, blocks=BLOCKS)
     return results
 
 
@@ -199,15 +189,9 @@ def child(out: Path, folder: Path, repeats: int, n: int, rows: int, cpu: bool = 
 
 def measure(repeats: int, n: int, rows: int, cpu: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "lookups.json"
         env = lambda_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_LOOKUP_SQLITE=str(Path(tmp) / "{tenant}.db"))
-        proc = subprocess.run(
-            [PYTHON, "-m", "benchmarks.bench_lookups", "--child", str(out), "--folder", tmp, "--repeats", str(repeats), "--n", str(n), "--rows", str(rows), *(["--cpu"] if cpu else [])],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=900, check=False,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            raise RuntimeError(f"lookups benchmark failed: {proc.stderr[-2000:]}")
-        return json.loads(out.read_text())
+        args = ("--folder", tmp, "--repeats", str(repeats), "--n", str(n), "--rows", str(rows), *(["--cpu"] if cpu else []))
+        return run_child("benchmarks.bench_lookups", tmp, env, *args, timeout_s=900)  # type: ignore[no-any-return]
 
 
 def run(quick: bool, cpu: bool = False) -> dict[str, Any]:

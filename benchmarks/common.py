@@ -313,13 +313,19 @@ def lambda_env(**extra: str) -> dict[str, str]:
     return bench_env(**LAMBDA_SETTINGS, **extra)
 
 
-def rotated_p50s(calls: dict[str, Any], subjects: Sequence[str], *, repeats: int, n: int) -> dict[str, list[float]]:
+def rotated_p50s(calls: dict[str, Any], subjects: Sequence[str], *, repeats: int, n: int, blocks: int = 1) -> dict[str, list[float]]:
     """Each subject's p50 over `n` calls (`calls[subject](n)` returns the latencies), `repeats`
-    times, the subjects' order rotated each round so none always runs first."""
+    times, the subjects' order rotated each round so none always runs first. `blocks`: a round's
+    calls of each subject taken in that many turns of the subjects (tight loops of n / blocks),
+    so that a burst of the machine's other work lands on all of them rather than on one."""
     runs: dict[str, list[float]] = {subject: [] for subject in subjects}
     for r in range(repeats):
-        for subject in rotate(subjects, r):
-            runs[subject].append(percentile(calls[subject](n), 50))
+        taken: dict[str, list[float]] = {subject: [] for subject in subjects}
+        for b in range(blocks):
+            for subject in rotate(subjects, r + b):
+                taken[subject] += calls[subject](max(1, n // blocks))
+        for subject in subjects:
+            runs[subject].append(percentile(taken[subject], 50))
     return runs
 
 

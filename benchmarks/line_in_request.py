@@ -13,13 +13,12 @@ import argparse
 import io
 import json
 import random
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import PYTHON, REPO, lambda_env, percentile
+from benchmarks.common import lambda_env, percentile, run_child
 
 SUBJECTS = ("graph", "without its line", "least line", "hand-written")
 
@@ -89,15 +88,8 @@ def run(n: int, runs: int) -> list[dict[str, float]]:
     results = []
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "line.json"
             env = lambda_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_LOOKUP_SQLITE=str(Path(tmp) / "{tenant}.db"))
-            proc = subprocess.run(
-                [PYTHON, "-m", "benchmarks.line_in_request", "--child", str(out), "--folder", tmp, "--n", str(n)],
-                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=900, check=False,
-            )  # fmt: skip
-            if proc.returncode != 0:
-                raise RuntimeError(f"the line's benchmark failed: {proc.stderr[-2000:]}")
-            results.append(json.loads(out.read_text()))
+            results.append(run_child("benchmarks.line_in_request", tmp, env, "--folder", tmp, "--n", str(n), timeout_s=900))
     return results
 
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from benchmarks.common import Goal, figure, percentile, rotate, spread
+from benchmarks.common import Goal, figure, percentile, rotate, rotated_p50s, spread
 from benchmarks.loadgen import LITTLE_SLACK, _lua_string, latency_notes, latency_occupancy
 from benchmarks.report import DOC_SECTIONS, SLOTS, section, to_markdown
 from benchmarks.run import _as_section, fill_slots
@@ -25,6 +25,26 @@ def test_percentile_interpolates_like_numpy() -> None:
 
 def test_spread_is_median_and_min_max() -> None:
     assert spread([3.0, 1.0, 10.0]) == {"median": 3.0, "min": 1.0, "max": 10.0, "n": 3}
+
+
+def test_rotated_p50s_takes_a_rounds_calls_in_turns_of_the_subjects() -> None:
+    """With `blocks`, a round's calls of each subject come in that many turns, the subjects'
+    order rotated from turn to turn; each round's p50 is over all of its calls."""
+    order: list[tuple[str, int]] = []
+
+    def calls(subject: str) -> object:
+        def call(count: int) -> list[float]:
+            order.append((subject, count))
+            return [float(len(order))] * count
+
+        return call
+
+    runs = rotated_p50s({"a": calls("a"), "b": calls("b")}, ["a", "b"], repeats=2, n=10, blocks=5)
+    assert len(order) == 2 * 5 * 2 and {count for _, count in order} == {2}
+    assert [s for s, _ in order[:4]] == ["a", "b", "b", "a"]  # the first turn's first subject, then the other's
+    assert all(len(v) == 2 for v in runs.values())
+    single = rotated_p50s({"a": calls("a")}, ["a"], repeats=1, n=3)
+    assert order[-1] == ("a", 3) and single == {"a": [float(len(order))]}  # one turn of all n calls by default
 
 
 def test_rotate_alternates_who_goes_first() -> None:

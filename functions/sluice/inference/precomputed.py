@@ -69,7 +69,7 @@ class PrecomputedReader:
         return self._publications.get((tenant, table))
 
     async def publication(self, tenant: str, table: str) -> tuple[Publication | None, tuple[TensorSpec, ...]]:
-        kept = self._publications.get((tenant, table))
+        kept = self.kept(tenant, table)
         if kept is None:
             found = await self._read(self.store.publication, tenant, table, now=time.time())
             specs = tuple(TensorSpec.from_dict(d) for d in found.outputs) if found is not None else ()

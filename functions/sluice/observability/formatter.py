@@ -151,15 +151,10 @@ def formatter_class() -> type:
             version, trace = self._trace
             if version != self._version:  # outside an invocation (or keys changed in one): read per line, as powertools does
                 trace = self._trace_member()
-            if not fields:
-                return f"{text}{trace}}}"
-            own = dumps(fields)
+            own = dumps(fields)[1:-1]  # the members alone ("" for none)
             if ":null" in own and _NONE in map(type, fields.values()):  # powertools drops a field that is None (types: never an array's ==)
-                kept = {k: v for k, v in fields.items() if v is not None}
-                if not kept:
-                    return f"{text}{trace}}}"
-                own = dumps(kept)
-            return f"{text},{own[1:-1]}{trace}}}"
+                own = dumps({k: v for k, v in fields.items() if v is not None})[1:-1]
+            return f"{text},{own}{trace}}}" if own else f"{text}{trace}}}"
 
         def _pieces(self, levelname: str, func: str, lineno: int, message: str) -> tuple[str, ...]:
             """The call site's fixed keys as text with the volatile keys' values in place: the
