@@ -243,9 +243,12 @@ def _machine(demo: Container, acme: Principal) -> type[RuleBasedStateMachine]:
 
         @rule(batching=st.sampled_from([None, {"max_batch_size": 8, "max_delay_us": 100}]))
         def settings_change(self, batching: dict[str, Any] | None) -> None:
-            """A change of the deployment's settings, not of its policy: the rollout goes on
-            (its step judged on the traffic from here, a revision of its own)."""
+            """A change of the deployment's settings, not of its policy: a running rollout goes
+            on, its step started again (judged on a whole `every` of the traffic from here, a
+            revision of its own); a paused or ended one stays as it was."""
             demo.deployments.update(acme, self.name, None, batching=batching)
+            if self.model.state == "running":
+                self.model.step_started_at = self.clock.now
             self.moved()
 
         # What must hold after every step ----------------------------------------------------
