@@ -91,6 +91,31 @@ def _setup(folder: Path) -> tuple[Any, Any, bytes, dict[str, tuple[float, int]]]
     return container, operator, model, table
 
 
+ROW = [{"customer": "c17", "amount": 12.5}]  # one request's row, of a customer the store holds
+
+
+def one_row(folder: Path) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The store and the graph set up in `folder` (`_setup`), and one row's request through the
+    Lambda handler as the graph takes it and as the hand-written handler does: (the hand-written
+    handler, the graph's event, its event). Its handler is made after the setup, from
+    `peers.handwritten_lookup` as it stands then."""
+    from benchmarks.inprocess import rest_event
+    from benchmarks.peers.handwritten_lookup import make_handler
+
+    _, _, model, _ = _setup(folder)
+    graph = rest_event("/api/v1/predictions", json.dumps({"deployment": "fraud", "batch": ROW}).encode(), tenant=TENANT)
+    plain = rest_event("/api/v1/predictions", json.dumps({"batch": ROW}).encode())
+    return make_handler(model, str(folder / f"{TENANT}.db")), graph, plain
+
+
+def in_child(module: str, *args: str) -> Any:
+    """`module`'s child (`python -m module --child OUT --folder TMP ARGS...`) on a store and a
+    home of its own in a temporary folder, under the Lambda handler's settings; what it wrote."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = lambda_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_LOOKUP_SQLITE=str(Path(tmp) / "{tenant}.db"))
+        return run_child(module, tmp, env, "--folder", tmp, *args, timeout_s=900)
+
+
 def _latency(container: Any, model: bytes, folder: Path, repeats: int, n: int, cpu: bool = False) -> dict[str, Any]:
     import numpy as np
     from tests.support import LambdaContext
@@ -188,10 +213,7 @@ def child(out: Path, folder: Path, repeats: int, n: int, rows: int, cpu: bool = 
 
 
 def measure(repeats: int, n: int, rows: int, cpu: bool = False) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        env = lambda_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_LOOKUP_SQLITE=str(Path(tmp) / "{tenant}.db"))
-        args = ("--folder", tmp, "--repeats", str(repeats), "--n", str(n), "--rows", str(rows), *(["--cpu"] if cpu else []))
-        return run_child("benchmarks.bench_lookups", tmp, env, *args, timeout_s=900)  # type: ignore[no-any-return]
+    return in_child("benchmarks.bench_lookups", "--repeats", str(repeats), "--n", str(n), "--rows", str(rows), *(["--cpu"] if cpu else []))  # type: ignore[no-any-return]
 
 
 def run(quick: bool, cpu: bool = False) -> dict[str, Any]:

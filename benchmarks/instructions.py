@@ -42,14 +42,9 @@ def _subjects(case: str, folder: Path) -> dict[str, tuple[Any, dict[str, Any]]]:
     from sluice.handlers import api
 
     if case == "lookup":
-        from benchmarks import bench_lookups as lookups
-        from benchmarks.peers.handwritten_lookup import make_handler
+        from benchmarks.bench_lookups import one_row
 
-        _, _, model, _ = lookups._setup(folder)
-        hand = make_handler(model, str(folder / f"{lookups.TENANT}.db"))
-        rows = [{"customer": "c17", "amount": 12.5}]
-        graph = rest_event("/api/v1/predictions", json.dumps({"deployment": "fraud", "batch": rows}).encode(), tenant=lookups.TENANT)
-        plain = rest_event("/api/v1/predictions", json.dumps({"batch": rows}).encode())
+        hand, graph, plain = one_row(folder)
         return {"graph": (api.handler, graph), "hand": (hand, plain)}
     from benchmarks import bench_precomputed as precomputed
     from benchmarks.prepare import MODELS

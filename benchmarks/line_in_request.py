@@ -13,12 +13,11 @@ import argparse
 import io
 import json
 import random
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import lambda_env, percentile, run_child
+from benchmarks.common import percentile
 
 SUBJECTS = ("graph", "without its line", "least line", "hand-written")
 
@@ -28,18 +27,12 @@ def child(out: Path, folder: Path, n: int) -> None:
     from tests.support import LambdaContext
 
     import sluice.observability.telemetry as telemetry
-    from benchmarks.bench_lookups import TENANT, _setup
-    from benchmarks.inprocess import rest_event
-    from benchmarks.peers.handwritten_lookup import make_handler
+    from benchmarks.bench_lookups import one_row
     from sluice.handlers import api
     from sluice.observability import get_logger
 
-    _, _, model, _ = _setup(folder)
+    hand, graph, plain = one_row(folder)
     context = LambdaContext()
-    rows = [{"customer": "c17", "amount": 12.5}]
-    graph = rest_event("/api/v1/predictions", json.dumps({"deployment": "fraud", "batch": rows}).encode(), tenant=TENANT)
-    plain = rest_event("/api/v1/predictions", json.dumps({"batch": rows}).encode())
-    hand = make_handler(model, str(folder / f"{TENANT}.db"))
     handler = get_logger()._logger.handlers[0]
     stream, written = handler.stream, io.StringIO()
     handler.stream = written  # one line, to take its fixed keys from
@@ -85,12 +78,9 @@ def child(out: Path, folder: Path, n: int) -> None:
 
 
 def run(n: int, runs: int) -> list[dict[str, float]]:
-    results = []
-    for _ in range(runs):
-        with tempfile.TemporaryDirectory() as tmp:
-            env = lambda_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_LOOKUP_SQLITE=str(Path(tmp) / "{tenant}.db"))
-            results.append(run_child("benchmarks.line_in_request", tmp, env, "--folder", tmp, "--n", str(n), timeout_s=900))
-    return results
+    from benchmarks.bench_lookups import in_child
+
+    return [in_child("benchmarks.line_in_request", "--n", str(n)) for _ in range(runs)]
 
 
 def main() -> None:

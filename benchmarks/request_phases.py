@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import lambda_env, percentile, run_child
+from benchmarks.common import percentile
 
 BLOCK = 100
 PHASES = (  # in the order they start
@@ -48,17 +47,12 @@ def child(out: Path, folder: Path, n: int) -> None:
     import benchmarks.peers.handwritten_lookup as handwritten
     import sluice.inference.predictions as predictions
     import sluice.inference.sequences as sequences
-    from benchmarks.bench_lookups import TENANT, _setup
-    from benchmarks.inprocess import rest_event
+    from benchmarks.bench_lookups import one_row
     from sluice.handlers import api, gateway
     from sluice.types.api import PredictionRequest
     from sluice.wiring import get_container
 
-    _, _, model, _ = _setup(folder)
     context = LambdaContext()
-    rows = [{"customer": "c17", "amount": 12.5}]
-    graph = rest_event("/api/v1/predictions", json.dumps({"deployment": "fraud", "batch": rows}).encode(), tenant=TENANT)
-    plain = rest_event("/api/v1/predictions", json.dumps({"batch": rows}).encode())
     connect = handwritten.sqlite3.connect
 
     class Timed:  # the hand-written handler's connection, its query timed with its rows fetched
@@ -69,7 +63,7 @@ def child(out: Path, folder: Path, n: int) -> None:
             return timed(lambda: self.db.execute(sql, params).fetchall(), "the hand-written's query (execute, fetchall)")()  # type: ignore[no-any-return]
 
     handwritten.sqlite3 = type("sqlite3", (), {"connect": staticmethod(lambda *a, **kw: Timed(connect(*a, **kw)))})  # type: ignore[assignment]
-    hand = handwritten.make_handler(model, str(folder / f"{TENANT}.db"))
+    hand, graph, plain = one_row(folder)  # the hand-written handler's connection timed (`Timed`)
     api.handler(graph, context)  # the container built
     container = get_container()
     service = container.predictions
@@ -147,9 +141,9 @@ def child(out: Path, folder: Path, n: int) -> None:
 
 
 def run(n: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        env = lambda_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_LOOKUP_SQLITE=str(Path(tmp) / "{tenant}.db"))
-        return run_child("benchmarks.request_phases", tmp, env, "--folder", tmp, "--n", str(n), timeout_s=900)  # type: ignore[no-any-return]
+    from benchmarks.bench_lookups import in_child
+
+    return in_child("benchmarks.request_phases", "--n", str(n))  # type: ignore[no-any-return]
 
 
 def main() -> None:
