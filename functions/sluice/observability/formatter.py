@@ -11,6 +11,8 @@ import time
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from sluice.caching import keep
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import CodeType, FrameType
@@ -105,10 +107,7 @@ def formatter_class() -> type:
                 if fixed:
                     parts = slot.split(dumps(fixed)[:-1])
                     plan = tuple(p if i % 2 == 0 else "\0" if p == stamp else names[int(p)] for i, p in enumerate(parts))
-            if len(self._plans) >= MAX_SITES:  # messages that vary (a line of text made per record): a bound all the same
-                self._plans.clear()
-            self._plans[at] = plan
-            return plan
+            return keep(self._plans, at, plan, MAX_SITES)  # bounded: messages that vary (a line of text made per record)
 
         def _reshape(self) -> None:
             """The keys looked at anew: their plans kept while only volatile values changed."""
@@ -135,9 +134,7 @@ def formatter_class() -> type:
             at = (levelname, func, lineno, message)
             pieces = joined.get(at)
             if pieces is None:
-                if len(joined) >= MAX_SITES:
-                    joined.clear()
-                pieces = joined[at] = self._pieces(levelname, func, lineno, message)
+                pieces = keep(joined, at, self._pieces(levelname, func, lineno, message), MAX_SITES)
             if not pieces or self.datefmt or self.use_rfc3339_iso8601 or base._get_context().get() or not self._blocked.isdisjoint(fields):
                 return None
             second = int(created)
@@ -327,9 +324,7 @@ def _line_of(frame: FrameType) -> int:
     at = (id(code), frame.f_lasti)
     found = _LINES.get(at)
     if found is None or found[0] is not code:
-        if len(_LINES) >= MAX_LINES:
-            _LINES.clear()
-        found = _LINES[at] = (code, frame.f_lineno)
+        found = keep(_LINES, at, (code, frame.f_lineno), MAX_LINES)
     return found[1]
 
 
