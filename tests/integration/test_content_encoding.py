@@ -235,3 +235,37 @@ def test_a_gzip_body_of_several_members_is_read_whole_under_the_limit(demo: Cont
     assert status == 200 and _labels(answer) == ["setosa", "virginica"], answer
     status, answer, _ = _call(create_app(demo, max_request_bytes=len(raw) - 1), "POST", "/v2/models/iris/infer", headers, pieces)
     assert status == 413 and answer["field"] == "body"
+
+
+_GZIP_SPELLINGS = st.sampled_from(["gzip", "GZIP", "Gzip", "x-gzip", "X-GZIP", " gzip", "gzip\t"])
+_NOTHING = st.sampled_from(["", " ", "identity", "IDENTITY", " identity "])
+
+
+@given(
+    before=st.lists(_NOTHING, max_size=3), after=st.lists(_NOTHING, max_size=3), spelling=_GZIP_SPELLINGS,
+    twice=st.booleans(), fields=st.integers(1, 3),
+)  # fmt: skip
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_coding_list_is_read_as_rfc_9110_says_whatever_its_spelling(
+    client: TestClient, keys: dict[str, str], before: list[str], after: list[str], spelling: str, twice: bool, fields: int
+) -> None:
+    """Empty members are ignored, `x-gzip` is gzip, `identity` is no coding, over any number of
+    fields: one gzip among them is read as gzip, two as gzipped twice (a 415, never read as
+    once)."""
+    members = [*before, spelling, *([spelling] if twice else []), *after]
+    cut = sorted({round(i * len(members) / fields) for i in range(1, fields)})
+    values = [",".join(members[a:b]) for a, b in pairwise([0, *cut, len(members)])]
+    raw = json.dumps(INFER).encode()
+    body = gzip.compress(gzip.compress(raw)) if twice else gzip.compress(raw)
+    headers = [("authorization", f"Bearer {keys['acme']}"), *(("content-encoding", v) for v in values)]
+    r = client.post("/v2/models/iris/infer", content=body, headers=headers)
+    if twice:
+        assert r.status_code == 415 and r.json()["field"] == "content-encoding" and "'gzip, gzip'" in r.json()["error"], (values, r.text)
+    else:
+        assert r.status_code == 200 and _labels(r.json()) == ["setosa", "virginica"], (values, r.text)
+
+
+def test_nothing_but_empty_members_and_identity_is_no_coding(client: TestClient, keys: dict[str, str]) -> None:
+    for value in (",", " , ", "identity, ,identity"):
+        r = client.post("/v2/models/iris/infer", json=INFER, headers={**auth(keys["acme"]), "Content-Encoding": value})
+        assert r.status_code == 200, (value, r.text)

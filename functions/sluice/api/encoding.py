@@ -43,14 +43,23 @@ def behind_api_gateway(scope: Scope) -> bool:
 
 
 def request_coding(scope: Scope) -> str | None:
-    """The request's content coding, lowercased; None when it has none (or `identity`). Two
-    `Content-Encoding` fields are one list (RFC 9110), which names codings applied in turn,
-    as `gzip, gzip` does: refused as any coding not taken."""
+    """The request's content coding, lowercased; None when it has none. Two `Content-Encoding`
+    fields are one list (RFC 9110 §5.3), which names codings applied in turn, as `gzip, gzip`
+    does: refused as any coding not taken. Read as the RFC asks a recipient to: empty members
+    ignored (§5.6.1.2), `x-gzip` taken as `gzip` (§8.4.1.3), and `identity`, which is no
+    coding, left out."""
     found = [value for name, value in scope["headers"] if name == b"content-encoding"]
     if not found:
         return None
-    coding = b", ".join(found).decode("latin-1").strip().lower()
-    return None if coding in ("", "identity") else coding
+    codings = []
+    for member in b",".join(found).decode("latin-1").lower().split(","):
+        coding = _ALIASES.get(member.strip(" \t"), member.strip(" \t"))
+        if coding not in ("", "identity"):
+            codings.append(coding)
+    return ", ".join(codings) or None
+
+
+_ALIASES = {"x-gzip": "gzip"}  # RFC 9110 §8.4.1.3: a recipient SHOULD take it as gzip
 
 
 def unsupported(coding: str) -> UnsupportedEncoding:
