@@ -53,7 +53,11 @@ def decode_inputs(
     else:
         raise BadRequest("no inputs", field="inputs")
     gives = answers or signature
-    for out in request.outputs or ():
+    outputs = request.outputs or ()
+    if len(set(outputs)) != len(outputs):  # as an input given twice: which of the asks would hold?
+        twice = next(out for i, out in enumerate(outputs) if out in outputs[:i])
+        raise InvalidInput(f"output '{twice}' is asked for twice: name each output once", field=f"outputs.{twice}")
+    for out in outputs:
         if gives.output(out) is None:
             raise InvalidInput(f"unknown output '{out}'; this version gives {[s.name for s in gives.outputs]}", field=f"outputs.{out}")
     for out in request.classify or ():  # refused before it is answered, not after (counted once)

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import MODELS
 from tests.integration.grpc.conftest import auth, fails
@@ -121,3 +123,29 @@ def test_a_request_refused_for_its_classification_is_counted_once_as_failed(grpc
     assert after.execution_count == before.execution_count
     assert after.inference_stats.success.count == before.inference_stats.success.count
     assert after.inference_stats.fail.count == before.inference_stats.fail.count + 2
+
+
+_ASKS = st.fixed_dictionaries({}, optional={"classification": st.integers(1, 3), "binary_data": st.booleans()})
+
+
+@given(first=_ASKS, second=_ASKS, name=st.sampled_from(["output_probability", "output_label"]))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_an_output_asked_for_twice_is_refused_on_every_door_whatever_the_asks(
+    grpc_url: str, keys: dict[str, str], client: TestClient, first: dict[str, Any], second: dict[str, Any], name: str
+) -> None:
+    """Two asks of one output (classes and the raw tensor, binary and JSON, or the same twice)
+    cannot both hold: refused naming it, as an input given twice is, never one ask dropped."""
+    headers = auth(keys["acme"])
+    body = {
+        "inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [5.1, 3.5, 1.4, 0.2]}],
+        "outputs": [{"name": name, **({"parameters": p} if p else {})} for p in (first, second)],
+    }
+    rest = client.post("/v2/models/iris/infer", json=body, headers=headers)
+    assert rest.status_code == 400 and rest.json()["field"] in (f"outputs.{name}", f"outputs.{name}.parameters.classification"), rest.text
+    if rest.json()["field"] == f"outputs.{name}":
+        assert f"output '{name}' is asked for twice" in rest.json()["error"]
+    tensor = grpcclient.InferInput("input", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.array([[5.1, 3.5, 1.4, 0.2]], np.float32))
+    asked = [grpcclient.InferRequestedOutput(name, class_count=p.get("classification", 0)) for p in (first, second)]
+    failed = fails(grpcclient.InferenceServerClient(grpc_url).infer, "iris", [tensor], outputs=asked, headers=headers)
+    assert failed.status() == "StatusCode.INVALID_ARGUMENT" and name in failed.message()
