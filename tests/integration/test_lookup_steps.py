@@ -97,6 +97,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     write_sqlite(home / "features" / "globex.db", GLOBEX)
     with sqlite3.connect(home / "features" / "acme.db") as db:  # the example's features, as its README says
         db.executescript((REPO / "examples" / "features" / "customer_features.sql").read_text())
+        db.execute("INSERT INTO customers VALUES ('', 777.0, 7, ?)", (NOW,))  # a key of empty text: in no store, never found
     db.close()
     with mock_aws():
         dynamodb = boto3.client("dynamodb", region_name="eu-west-1", aws_access_key_id="test", aws_secret_access_key="test")
@@ -300,6 +301,8 @@ def test_a_features_file_every_tenant_opens_gives_each_tenant_its_listed_tables_
         (lambda p: p["steps"][0]["target"]["features"][1].update(default=2**63), "policy.steps.0.target.features.1", "not a INT64 value"),
         (lambda p: p["steps"][0]["target"]["features"][0].update(default=1e39), "policy.steps.0.target.features.0", "not a FP32 value"),
         (lambda p: p["steps"][0]["target"].update(table="no such table"), "policy.steps.0.target", "not a sqlite table name"),
+        (lambda p: p["steps"][0]["target"].update(table="Pragma_Database_List"), "policy.steps.0.target", "SQLite keeps for its own"),
+        (lambda p: p["steps"][0]["target"].update(table="sqlite_master"), "policy.steps.0.target", "SQLite keeps for its own"),
         (lambda p: p["steps"][0]["target"].update(store="sagemaker", keys={"a": "customer", "b": "amount"}), "policy.steps.0.target", "one key"),
         (lambda p: p["steps"][0]["target"].pop("inputs"), "policy.steps.0.target.inputs", "declares the inputs"),
         (lambda p: p["steps"][1]["target"]["ops"][0].update(inputs=["amount", "avg_amount", "churn"]), "policy.steps.1.target.ops.0.inputs.2", "churn"),
@@ -312,6 +315,18 @@ def test_refusals_when_saved_name_the_field(world: World, change: Any, field: st
     r = world.save("refused", policy)
     assert r.status_code == 422, r.text
     assert r.json()["field"] == field and words in r.json()["error"], r.json()
+
+
+@pytest.mark.parametrize("table", ["dbstat", "DbStat"])
+def test_a_table_sqlite_makes_itself_is_in_no_features_file(world: World, table: str) -> None:
+    """Virtual tables every file answers (`dbstat`: the file's pages, by table) are not the
+    file's tables: a lookup reads only a table or view the file declares."""
+    policy = fraud(table=table, default=False)
+    policy["steps"][0]["target"].update(keys={"name": "customer"}, features=[{"name": "pageno", "datatype": "FP32"}, {"name": "ncell", "datatype": "INT64"}])
+    policy["steps"][1]["target"]["ops"][0]["inputs"] = ["amount", "pageno", "ncell"]
+    assert world.save(f"own-{table.lower()}", policy).status_code in (200, 201)
+    r = world.predict(f"own-{table.lower()}", [("customers", 1.0)])
+    assert r.status_code == 502 and f"has no table '{table}'" in r.json()["error"], r.text
 
 
 def test_a_default_stored_before_its_range_was_checked_still_reads_and_its_other_settings_change(world: World) -> None:
@@ -457,7 +472,7 @@ def test_in_lambda_a_requests_lookups_ride_on_its_prediction_line(tmp_path: Path
     assert "LookupCalls" not in failed and failed["error"] == "backend_error"
 
 
-_CUSTOMERS = st.sampled_from(["c1", "c1", "c2", "c3", "c4", "nobody", "someone else"])
+_CUSTOMERS = st.sampled_from(["c1", "c1", "c2", "c3", "c4", "nobody", "someone else", ""])
 _SAVED: set[tuple[int, str]] = set()
 
 

@@ -78,9 +78,9 @@ def _same_as_sql(path: Path, node: Lookup, arrays: dict[str, np.ndarray], types:
 
 def test_keys_are_found_as_sql_finds_them_and_tables_sql_compares_otherwise_stay_with_sql(tmp_path: Path) -> None:
     many = [(f"c{i}", float(i), i) for i in range(ROWS)]
-    text = np.array([f"c{i}" for i in range(0, ROWS + 50, 2)] + ["C4", "c4 ", "4"], dtype=object)
-    cases = [  # (table, rows, asked, key types, held)
-        ("CREATE TABLE t (k TEXT PRIMARY KEY, v REAL, n INTEGER)", [*many, (None, 1.0, 1), (b"c3", 2.0, 2), (4, 3.0, 3)], text, ("S",), True),
+    text = np.array([f"c{i}" for i in range(0, ROWS + 50, 2)] + ["C4", "c4 ", "4", ""], dtype=object)
+    cases = [  # (table, rows, asked, key types, held); a row of a key of empty text is found by neither
+        ("CREATE TABLE t (k TEXT PRIMARY KEY, v REAL, n INTEGER)", [*many, (None, 1.0, 1), (b"c3", 2.0, 2), (4, 3.0, 3), ("", 4.0, 4)], text, ("S",), True),
         ("CREATE TABLE t (k VARCHAR(10), v REAL, n INTEGER)", [(str(i), float(i), i) for i in range(ROWS)], np.arange(0, ROWS + 9, 3), ("N",), True),
         ("CREATE TABLE t (k INTEGER PRIMARY KEY, v REAL, n INTEGER)", [(i, float(i), i) for i in range(ROWS)], np.arange(-5, ROWS + 9, 3), ("N",), True),
         ("CREATE TABLE t (k INT, v REAL, n INTEGER)", [(i, float(i), i) for i in range(ROWS)] + [(1.5, 0.0, 0), ("x", 0.0, 0)], np.arange(0, ROWS, 2), ("N",), True),

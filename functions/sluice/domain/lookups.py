@@ -55,6 +55,7 @@ TABLE_PATTERNS = {
     "feast": re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,127}"),
     "sqlite": re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}"),
 }
+SQLITE_OWN = ("sqlite_", "pragma_")  # SQLite's own tables and its pragmas' table-valued functions, in every file
 Attribute = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
 Value = StrictBool | StrictInt | StrictFloat | StrictStr
 WHOLE = {"INT32": (-(2**31), 2**31 - 1), "INT64": (-(2**63), 2**63 - 1)}  # the integers each holds
@@ -121,6 +122,8 @@ class Lookup(Part):
     def _consistent(self) -> Lookup:
         if not TABLE_PATTERNS[self.store].fullmatch(self.table):
             raise ValueError(f"'{self.table}' is not a {self.store} table name")
+        if self.store == "sqlite" and self.table.lower().startswith(SQLITE_OWN):
+            raise ValueError(f"'{self.table}' is a name SQLite keeps for its own tables (sqlite_..., pragma_...): name one of the file's tables")
         if self.store == "sagemaker" and len(self.keys) != 1:
             raise ValueError("a feature group has one record identifier: give one key")
         names = [f.name for f in self.features]

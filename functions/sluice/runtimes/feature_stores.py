@@ -223,7 +223,10 @@ class SqliteStore(_Counted):
         wanted = _wanted(features, event_time)
         columns = self._columns.get(table)
         if columns is None or not columns.issuperset(wanted):
-            columns = {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')}
+            # A table or view the file declares: not one of SQLite's own (`pragma_database_list`
+            # would answer with the file's path), whatever its name.
+            declared = db.execute("SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ? COLLATE NOCASE", (table,)).fetchone()
+            columns = {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')} if declared else set()
             if not columns:  # not kept: the table may be made later
                 raise BackendError(f"the features file has no table '{table}'")
             self._columns[table] = columns
@@ -271,6 +274,7 @@ class SqliteStore(_Counted):
             else:
                 one = "(" + ", ".join("?" * len(key_names)) + ")"
                 where = f"({', '.join(chr(34) + k + chr(34) for k in key_names)}) IN (VALUES {', '.join([one] * n)})"
+            where += "".join(f' AND "{k}" <> \'\'' for k in key_names)  # a key of empty text is in no store (`lookups.ask`), as held
             at = {c: len(key_names) + i for i, c in enumerate(read)}  # each column read's place in a row
             places = (tuple((f, at.get(f)) for f in features), at.get(event_time))
             plan = (read, (table, shape[1], tuple(read), shape[4]), f'SELECT {cols} FROM "{table}" WHERE {where}', places)

@@ -65,6 +65,7 @@ from sluice.runtimes.lookup_values import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Unpack
 
     from sluice.clients import AwsSource
@@ -281,7 +282,7 @@ class LookupSteps:
             if not keys:
                 found = Found.of([f.name for f in node.features])
             elif not store.concurrent and len(wanted) <= store.max_keys:  # one call, here: no coroutine (`_fetch`)
-                found = store.get_many(node.table, reading.key_names, wanted, reading.features, event_time, types)
+                found = ask(store, node.table, reading.key_names, wanted, reading.features, event_time, types)
             else:
                 found = await self._fetch(node, store, wanted, types, event_time, timeout_s)
             out = dict(arrays)
@@ -344,7 +345,7 @@ class LookupSteps:
         features = [f.name for f in node.features]
 
         def fetch(chunk: list[Key]) -> Found:
-            return store.get_many(node.table, list(node.keys), chunk, features, event_time, types)
+            return ask(store, node.table, list(node.keys), chunk, features, event_time, types)
 
         if not store.concurrent:  # a local file, read here: a thread hop would cost more than the read, and
             parts: list[Found] = [fetch(c) for c in chunks]  # no deadline could cut a read that never yields
@@ -397,3 +398,16 @@ def _why(node: Lookup, values: Values, at: int, now: float) -> str:
     if node.max_age_s is not None and not values.times[at] >= now - node.max_age_s:
         return f"its record is older than max_age_s ({node.max_age_s:g} s) or has no event time"
     return "the feature is missing"
+
+
+def ask(
+    store: FeatureStore, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, types: Sequence[str]
+) -> Found:
+    """`store.get_many` of the keys a store can hold, every store alike: a key of empty text is
+    in none (DynamoDB refuses a whole call that asks for one; a SQLite table or Feast's store
+    could hold a row of it), so it is not asked, and is not found."""
+    if any("" in key for key in keys):
+        keys = [key for key in keys if "" not in key]
+        if not keys:
+            return Found.of(features)
+    return store.get_many(table, key_names, keys, features, event_time, types)

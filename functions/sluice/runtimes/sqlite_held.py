@@ -116,7 +116,7 @@ class HeldTable:
         import pyarrow.compute as pc
 
         if not isinstance(self.keys, pa.Array):  # made once: a row whose key is not text, null (never found)
-            self.keys = text_column([k if type(k) is str else None for k in self.keys])
+            self.keys = text_column([k if type(k) is str and k else None for k in self.keys])  # "": never found either
         keys = self.keys
         if not pa.types.is_string(dictionary.type):
             dictionary = dictionary.cast(pa.string())
@@ -242,13 +242,14 @@ def _read(db: sqlite3.Connection, table: str, key_names: Sequence[str], read: Se
         return None
     n = len(key_names)
     columns = list(zip(*rows, strict=True)) if rows else [()] * (n + len(read))
-    if n == 1 and set(map(type, columns[0])) <= {kinds[0]}:  # every row's key of its kind: the common case, at C speed
+    # A row of a key of empty text is in no store (`sluice.runtimes.lookups.ask`): never found.
+    if n == 1 and set(map(type, columns[0])) <= {kinds[0]} and (kinds[0] is not str or "" not in columns[0]):  # the common case, at C speed
         index = _Index(zip(columns[0], range(len(rows)), strict=True), len(rows))
         valid = len(rows)
     else:  # a row whose key is not of its column's kind (NULL, a blob, a fraction) is never found by SQL
         index, valid = _Index((), len(rows)), 0
         for i, key in enumerate(zip(*columns[:n], strict=True)):
-            if all(type(v) is k for v, k in zip(key, kinds, strict=True)):
+            if all(type(v) is k for v, k in zip(key, kinds, strict=True)) and "" not in key:
                 index[key if n > 1 else key[0]] = i
                 valid += 1
     if len(index) != valid:  # two rows of one key: SQL gives both, a dictionary one
