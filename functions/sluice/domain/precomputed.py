@@ -74,14 +74,18 @@ class Precomputed(ReadsRequest, Part):
 
 def entity_of(value: Any) -> str | None:
     """An entity key as the table stores it: a string as it is, a whole number without a
-    fraction (`7`, `7.0` and `"7"` are one entity), bytes as UTF-8; None for a missing one
-    (null, NaN, an empty string) or one longer than `MAX_ENTITY_BYTES` in UTF-8, which no
-    stored answer can have (never cut short: two keys alike in their first bytes are two
-    entities)."""
+    fraction (`7`, `7.0` and `"7"` are one entity), bytes as the UTF-8 text they are; None
+    for a missing one (null, NaN, an empty string), bytes that are no UTF-8 text (read with
+    replacement characters, two such keys would be one entity), or one longer than
+    `MAX_ENTITY_BYTES` in UTF-8, which no stored answer can have (never cut short: two keys
+    alike in their first bytes are two entities)."""
     if value is None:
         return None
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
+    if isinstance(value, bytes | bytearray | memoryview):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
     if isinstance(value, str):
         if not value or (len(value) * 4 > MAX_ENTITY_BYTES and len(value.encode("utf-8", "surrogatepass")) > MAX_ENTITY_BYTES):
             return None
