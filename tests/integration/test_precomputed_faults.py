@@ -90,6 +90,37 @@ def test_a_job_that_does_not_succeed_after_it_published_is_withdrawn(recs: Conta
     assert answer["source"] == "precomputed" and answer["prediction"] == pytest.approx(scored(first)["u1"])
 
 
+@pytest.mark.parametrize("later", ["withdrawn", "succeeds"])
+def test_a_job_made_earlier_that_finishes_after_a_later_one_published_is_what_its_withdrawal_puts_back(
+    recs: Container, acme: Principal, tmp_path: Path, later: str
+) -> None:
+    """A job made before the one the table serves succeeds after that one published: the
+    table keeps serving the later one's answers, and should that one then not succeed, puts
+    back the earlier job's (the latest that succeeded), never an older job's; should it
+    succeed, the earlier job's answers are retired with it."""
+    _, key = recs.keys.create("acme", ["predict"])
+    client = TestClient(create_app(recs))
+    oldest = run_job(recs, acme, users_csv(tmp_path / "z.csv", ["u1"], 0.01), deployment="diabetes", key_columns=["user"], publish=PUBLISH)
+    earlier, runner = started(recs, acme, users_csv(tmp_path / "a.csv", ["u1"], 0.03))
+    latest, _ = started(recs, acme, users_csv(tmp_path / "b.csv", ["u1"], 0.05))
+    if later == "withdrawn":
+        dies_after_publishing(runner, latest, Unavailable("the store is busy: try again"))
+    else:
+        runner.finalize("acme", latest)
+    runner.finalize("acme", earlier)  # superseded: succeeds, its answers kept below the later one's
+    a, b = recs.registry.get_job("acme", earlier), recs.registry.get_job("acme", latest)
+    assert a.status == "SUCCEEDED" and ask(client, key, "u1")["prediction"] == pytest.approx(scored(b)["u1"])
+    if later == "withdrawn":
+        runner.mark_failed("acme", latest, error="Unavailable", cause="the store is busy: try again")
+        answer = ask(client, key, "u1")
+        assert answer["source"] == "precomputed" and answer["prediction"] == pytest.approx(scored(a)["u1"])
+        assert answer["prediction"] != pytest.approx(scored(oldest)["u1"])
+    else:
+        assert ask(client, key, "u1")["prediction"] == pytest.approx(scored(b)["u1"])
+        kept = recs.precomputed._conn().execute("SELECT generation, expires_at FROM answers WHERE tbl = 'recs'").fetchall()
+        assert {g for g, at in kept if at > time.time() + RETIRED_KEPT_S} == {latest}  # the others retired
+
+
 class ReadOnlyTable:
     """The precomputed table as the API's role sees it on AWS: read, never written (IAM refuses
     the withdrawal's PutItem; moto enforces no IAM, so the refusal is the one sluice maps

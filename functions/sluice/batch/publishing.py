@@ -7,7 +7,8 @@ the answers hold (`describe`); a chunk scored again writes the same items. A row
 empty fails, named in the chunk's error file: every input row is scored and published, or
 counted failed. When the job succeeds, Finalize points the table at its generation, in one
 write (`publish_job`), unless a job made after it has published first (the table only moves
-forward); until then readers see the previous job's answers, and a job that fails, or is
+forward: this job's answers are then kept below that one's, to be put back should it be
+withdrawn); until then readers see the previous job's answers, and a job that fails, or is
 cancelled, is never pointed at (its rows expire with their time to live). Once the job's
 success is recorded, the generation it replaced is removed (`retire_replaced`); a job that
 ends any other way after it published (cancelled, found dead, or failed in Finalize's last
@@ -100,17 +101,21 @@ class Publishing:
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    """A job's answers served by its table, in place of `replaced` (None: nothing was)."""
+    """A job's answers served by its table, in place of `replaced` (None: nothing was); or,
+    not `served`, kept below those of a job made after it that published first, to be put back
+    should that one be withdrawn."""
 
     table: str
     generation: str
     replaced: Publication | None
+    served: bool = True
 
 
 def publish_job(store: PrecomputedStore | None, job: BatchJob) -> Published | None:
     """Point the job's table at its answers (at its success). None when the job published
-    nothing: no row was scored, or the table serves the answers of a job made after this one
-    (`Superseded`: those stay, and this job still succeeds; logged)."""
+    nothing (no row was scored); not `served` where the table serves the answers of a job made
+    after this one (`Superseded`: those stay, this job's are what their withdrawal would put
+    back, and this job still succeeds; logged)."""
     target = job.publish
     if target is None or store is None:
         return None
@@ -129,13 +134,14 @@ def publish_job(store: PrecomputedStore | None, job: BatchJob) -> Published | No
             "batch job's answers not published: a job made after it published first",
             extra={"job": job.id, "table": target.table, "served": later.current.job},
         )
-        return None
+        return Published(target.table, job.id, None, served=False)
     return Published(target.table, job.id, replaced)
 
 
 def retire_replaced(store: PrecomputedStore, job: BatchJob, published: Published) -> None:
     """Once the job's success is recorded: remove the answers of the generation it replaced,
-    and what the table would put back below the job's (never, now: it succeeded)."""
+    and what the table would put back below the job's (never, now: it succeeded), wherever the
+    job's publication stands (served, or kept below a later job's)."""
     if published.replaced is not None:
         store.retire(job.tenant, published.table, published.replaced.generation)
         store.settle(job.tenant, published.table, job.id)

@@ -124,23 +124,26 @@ def test_a_job_publishes_into_dynamodb_and_a_deployment_serves_it(aws: None, tmp
 
 _EXAMPLES = itertools.count()
 # (op, job, ttl): publish the answers of the job made `job`-th, living `ttl` ticks (again: its
-# Finalize tried again); or withdraw that job's (it did not succeed after all), putting back
-# what it replaced, as it was.
-_OPS = st.lists(st.tuples(st.sampled_from(["publish", "withdraw"]), st.integers(0, 4), st.sampled_from([2, 100])), min_size=1, max_size=12)
+# Finalize tried again); withdraw that job's (it did not succeed after all), putting back what
+# it replaced, as it was; or settle it (it succeeded: never withdrawn after).
+_OPS = st.lists(st.tuples(st.sampled_from(["publish", "withdraw", "settle"]), st.integers(0, 4), st.sampled_from([2, 100])), min_size=1, max_size=12)
 
 
 @hypothesis.settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=_OPS)
 @hypothesis.example(ops=[("publish", 0, 100), ("publish", 1, 100), ("publish", 2, 100), ("withdraw", 1, 100), ("withdraw", 2, 100)])  # a failed job put back
 @hypothesis.example(ops=[("publish", 0, 100), ("publish", 1, 2), ("publish", 2, 2), ("withdraw", 2, 2), ("withdraw", 1, 2)])
+@hypothesis.example(ops=[("publish", 0, 100), ("publish", 2, 100), ("publish", 1, 100), ("withdraw", 2, 100)])  # a job made before the one served, publishing after it: put back, not the older
 def test_a_table_serves_the_latest_made_job_whatever_order_jobs_finish_in_on_both_stores(aws: None, tmp_path: Path, ops: list[tuple[str, int, int]]) -> None:
     """Jobs finishing in any order, some withdrawn, some publications expiring: on SQLite and on
     DynamoDB alike, the table serves what a model of the rule says: a publication replaces the
     one served only where that one expired or was made before it (else `Superseded`, naming
-    it), the same job again replaces what it replaced first, and a withdrawal puts back what
+    it, and kept in that one's chain where its order puts it), the same job again replaces what
+    it replaced first, and a withdrawal puts back what
     the job replaced, with that one's own expiry, only while the job is served; a job withdrawn
     while a later one is served is forgotten by it, never put back when that one is withdrawn
-    in turn (a failed job's answers served again)."""
+    in turn (a failed job's answers served again); a job that succeeded (settled) puts back
+    nothing below it, and keeps no earlier job's publication below it."""
     client = boto3.client("dynamodb")
     if ANSWERS not in client.list_tables()["TableNames"]:
         create_table(client, ANSWERS)
@@ -148,19 +151,46 @@ def test_a_table_serves_the_latest_made_job_whatever_order_jobs_finish_in_on_bot
     stores = {"sqlite": SqlitePrecomputed(tmp_path / "precomputed.db"), "dynamodb": DynamoPrecomputed(ANSWERS, client=client)}
     served: tuple[Publication, int] | None = None  # the model: what is served, until when
     replaced: dict[int, tuple[Publication, int] | None] = {}  # what each job's publication replaced, until when
+    succeeded: set[int] = set()  # jobs settled while served (their publication says so)
+    settled: set[int] = set()  # jobs that succeeded: never withdrawn after
     for tick, (op, job, ttl) in enumerate(ops, start=1):
         mine = Publication(f"g{job}", f"job-{job}", "diabetes", OUTPUTS, published_at=float(tick), made_at=1000.0 + job)
         expected: Any
+        chain: list[int] = []  # the jobs of the publication served and those below it, newest first
+        link = int(served[0].generation[1:]) if served is not None else None
+        while link is not None and link not in chain:
+            chain.append(link)
+            below = replaced.get(link)
+            link = int(below[0].generation[1:]) if below is not None else None
+        if op == "withdraw" and job in settled:
+            continue
+        if op == "settle":
+            settled.add(job)
+            if chain and chain[0] == job:
+                succeeded.add(job)
+            if job in chain:
+                replaced[job] = None
+            for store in stores.values():
+                store.settle("acme", table, mine.generation)
+            continue
         if op == "publish":
             live = served is not None and served[1] > tick
             if live and served[0].order > mine.order:  # type: ignore[index]
                 expected = ("superseded", served[0].job)  # type: ignore[index]
+                # kept in the served one's chain, newest first, to be put back should those above
+                # it be withdrawn (not below one that succeeded: never withdrawn)
+                if job not in chain and chain[0] not in succeeded:
+                    link = chain[0]
+                    while (below := replaced.get(link)) is not None and below[0].order > mine.order:
+                        link = int(below[0].generation[1:])
+                    replaced[job], replaced[link] = replaced.get(link), (mine, tick + ttl)
             else:
                 prior = replaced.get(job) if served is not None and served[0].generation == mine.generation else served
                 prior = prior if prior is not None and prior[1] > tick else None  # an expired one replaces nothing
                 expected = ("replaced", prior[0].generation if prior else None)
                 replaced[job] = prior
                 served = (mine, tick + ttl)
+                succeeded.discard(job)  # published again: a publication of its own, not yet settled
         else:
             expected = served is not None and served[0].generation == mine.generation
             if expected:

@@ -47,6 +47,7 @@ class Publication:
     made_at: float = 0.0  # when its job was made: of two jobs, the one made later is served
     expires_at: float = 0.0  # when it stops being served (set by `publish`)
     replaced: Publication | None = None  # what it replaced, as it was (with its own, `MAX_REPLACED` deep): put back by `withdraw`
+    succeeded: bool = False  # its job's success recorded (`settled`): never withdrawn, so nothing below it is ever put back
 
     @property
     def order(self) -> str:
@@ -68,13 +69,48 @@ class Publication:
                 return stood
         raise AssertionError("unreachable")
 
+    def admitting(self, earlier: Publication) -> Publication | None:
+        """This publication with `earlier` (a job made before this one's, publishing after it:
+        `Superseded`) kept in its chain where its order puts it, newest first: what a withdrawal
+        of this one (or of any above it) puts back, rather than an older job's answers, or none.
+        None where the chain holds it already (its Finalize tried again) or it would fall past
+        the chain's depth, or this one's job succeeded (it will never be withdrawn)."""
+        chain: list[Publication] = []
+        node = self.replaced
+        while node is not None:
+            chain.append(node)
+            node = node.replaced
+        if self.succeeded or earlier.generation == self.generation or any(p.generation == earlier.generation for p in chain):
+            return None
+        at = next((i for i, p in enumerate(chain) if p.order < earlier.order), len(chain))
+        if at >= MAX_REPLACED:
+            return None
+        chain.insert(at, replace(earlier, replaced=None))
+        rest = None
+        for p in reversed(chain):
+            rest = replace(p, replaced=rest)
+        for depth in range(MAX_REPLACED, at, -1):  # as deep as one record holds, `earlier` kept
+            stood = replace(self, replaced=_cut(rest, depth))
+            if len(stood.to_json()) <= MAX_DOC_BYTES:
+                return stood
+        return None
+
+    def generations(self) -> list[str]:
+        """The generations of its chain, below it, newest first."""
+        out, node = [], self.replaced
+        while node is not None:
+            out.append(node.generation)
+            node = node.replaced
+        return out
+
     def settled(self, generation: str) -> Publication | None:
         """Its chain cut below `generation`, whose job succeeded (a succeeded job is never
-        withdrawn: what it replaced is never put back); None where that changes nothing."""
+        withdrawn: what it replaced is never put back), and this one marked `succeeded` where it
+        is that job's; None where that changes nothing."""
+        if self.generation == generation:
+            return None if self.replaced is None and self.succeeded else replace(self, replaced=None, succeeded=True)
         if self.replaced is None:
             return None
-        if self.generation == generation:
-            return replace(self, replaced=None)
         rest = self.replaced.settled(generation)
         return None if rest is None else replace(self, replaced=rest)
 
@@ -105,7 +141,7 @@ class Publication:
             outputs=list(data.get("outputs") or []), classes=dict(data.get("classes") or {}),
             published_at=float(data.get("published_at") or 0.0), rows=int(data.get("rows") or 0),
             made_at=float(data.get("made_at") or 0.0), expires_at=float(data.get("expires_at") or 0.0),
-            replaced=cls._of(data["replaced"]) if data.get("replaced") else None,
+            replaced=cls._of(data["replaced"]) if data.get("replaced") else None, succeeded=bool(data.get("succeeded")),
         )  # fmt: skip
 
 
@@ -156,7 +192,8 @@ class PrecomputedStore(Protocol):
         """Point the table at `publication`'s generation, in one write that also keeps what it
         replaces (`Publication.replacing`); returns that, if anything. `Superseded` where the
         table serves, unexpired at `publication.published_at`, one that comes after it
-        (`order`): that one stays."""
+        (`order`): that one stays, with `publication` kept in its chain (`admitting`), to be put
+        back should the later one be withdrawn."""
 
     def withdraw(self, tenant: str, table: str, generation: str) -> bool:
         """While the table points at `generation`: point it back at what that publication
@@ -169,7 +206,8 @@ class PrecomputedStore(Protocol):
 
     def settle(self, tenant: str, table: str, generation: str) -> None:
         """`generation`'s job succeeded: the publication served forgets what it would put back
-        below it (`Publication.settled`), so its record holds only what a withdrawal may need."""
+        below it (`Publication.settled`), so its record holds only what a withdrawal may need;
+        the answers of those it forgot are retired (`retire`)."""
 
 
 def _cut(chain: Publication | None, depth: int) -> Publication | None:

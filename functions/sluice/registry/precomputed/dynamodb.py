@@ -21,6 +21,7 @@ ignores an expired item.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.registry.dynamodb.table import Refused, Table, attempts, busy, key
@@ -129,20 +130,23 @@ class DynamoPrecomputed:
         for _ in attempts():
             found = self._published(tenant, table)
             before = self._publication_of(found) if found is not None else None
-            if before is not None and before.expires_at > publication.published_at and before.order > publication.order:
-                raise Superseded(before)
-            stood = publication.replacing(before, expires_at=expires_at)
-            # Written only over what was read (`doc` names what it replaced, kept for `withdraw`).
-            unchanged = (
-                {"ConditionExpression": "attribute_not_exists(pk)"}
-                if found is None
-                else {"ConditionExpression": "#d = :d", "ExpressionAttributeNames": {"#d": "doc"}, "ExpressionAttributeValues": {":d": found["doc"]}}
-            )
-            try:
-                self.table.send("put_item", TableName=self.table.name, Item=self._publication_item(tenant, table, stood), **unchanged)
-            except Refused:
-                continue  # another publication or withdrawal meanwhile: look again
-            return stood.replaced
+            later = before is not None and before.expires_at > publication.published_at and before.order > publication.order
+            # Superseded: kept in the later one's chain, to be put back should it be withdrawn.
+            stood = before.admitting(replace(publication, expires_at=expires_at)) if later else publication.replacing(before, expires_at=expires_at)  # type: ignore[union-attr]
+            if stood is not None:
+                # Written only over what was read (`doc` names what it replaced, kept for `withdraw`).
+                unchanged = (
+                    {"ConditionExpression": "attribute_not_exists(pk)"}
+                    if found is None
+                    else {"ConditionExpression": "#d = :d", "ExpressionAttributeNames": {"#d": "doc"}, "ExpressionAttributeValues": {":d": found["doc"]}}
+                )
+                try:
+                    self.table.send("put_item", TableName=self.table.name, Item=self._publication_item(tenant, table, stood), **unchanged)
+                except Refused:
+                    continue  # another publication or withdrawal meanwhile: look again
+            if later:
+                raise Superseded(before)  # type: ignore[arg-type]
+            return stood.replaced  # type: ignore[union-attr]
         raise busy()
 
     def withdraw(self, tenant: str, table: str, generation: str) -> bool:

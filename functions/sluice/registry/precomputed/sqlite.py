@@ -12,6 +12,7 @@ import os
 import sqlite3
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -126,8 +127,13 @@ class SqlitePrecomputed:
             row = conn.execute("SELECT doc, expires_at FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
             before = Publication.from_json(row[0], expires_at=row[1]) if row else None
             later = before is not None and row[1] > publication.published_at and before.order > publication.order
-            if later:  # never served: its answers go now
-                conn.execute("DELETE FROM answers WHERE tenant = ? AND tbl = ? AND generation = ?", (tenant, table, publication.generation))
+            if later:  # not served: kept in the later one's chain, its answers with it, to be put back should that one be withdrawn
+                kept = before.admitting(replace(publication, expires_at=expires_at))  # type: ignore[union-attr]
+                if kept is not None:
+                    conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, kept.to_json(), row[1]))
+                elif publication.generation not in (before.generation, *before.generations()):  # type: ignore[union-attr]
+                    # never to be served (the later one succeeded): its answers go now
+                    conn.execute("DELETE FROM answers WHERE tenant = ? AND tbl = ? AND generation = ?", (tenant, table, publication.generation))
             else:
                 stood = publication.replacing(before, expires_at=expires_at)
                 conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, stood.to_json(), expires_at))
@@ -167,12 +173,18 @@ class SqlitePrecomputed:
                 return  # served again (put back meanwhile): kept
             conn.execute("UPDATE answers SET expires_at = min(expires_at, ?) WHERE tenant = ? AND tbl = ? AND generation = ?", (at, tenant, table, generation))
 
-    def settle(self, tenant: str, table: str, generation: str) -> None:
+    def settle(self, tenant: str, table: str, generation: str, *, now: float | None = None) -> None:
+        at = (time.time() if now is None else now) + RETIRED_KEPT_S
         with self._immediate() as conn:
             row = conn.execute("SELECT doc, expires_at FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
-            kept = Publication.from_json(row[0]).settled(generation) if row else None
+            current = Publication.from_json(row[0]) if row else None
+            kept = current.settled(generation) if current is not None else None
             if kept is not None:
                 conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, kept.to_json(), row[1]))
+                for gone in set(current.generations()) - set(kept.generations()) - {kept.generation}:  # type: ignore[union-attr]
+                    conn.execute(
+                        "UPDATE answers SET expires_at = min(expires_at, ?) WHERE tenant = ? AND tbl = ? AND generation = ?", (at, tenant, table, gone)
+                    )
 
     @contextlib.contextmanager
     def _immediate(self) -> Iterator[sqlite3.Connection]:
