@@ -18,6 +18,9 @@ step that ends a job so.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
 import threading
 import time
 from dataclasses import dataclass
@@ -25,18 +28,22 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sluice.batch.uris import join
 from sluice.codecs.stored_rows import encode_rows
 from sluice.domain import now
-from sluice.domain.errors import BadRequest, Unavailable
+from sluice.domain.errors import BadRequest, NotFound, SluiceError, Unavailable
 from sluice.domain.precomputed import MAX_ENTITY_BYTES, entity_of
 from sluice.observability import get_logger
 from sluice.registry.precomputed import Publication, Superseded
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import pyarrow as pa
 
+    from sluice.batch.filestore import FileStore
     from sluice.batch.plan import JobSpec
-    from sluice.domain.jobs import BatchJob, PublishTarget
+    from sluice.domain.jobs import BatchJob, ChunkResult, PublishTarget
     from sluice.domain.results import Answer
     from sluice.registry.precomputed import PrecomputedStore
 
@@ -60,6 +67,7 @@ class Publishing:
         self._described = False
         self._lock = threading.Lock()
         self.described: Publication | None = None
+        self._keys: list[np.ndarray] = []  # the chunk's rows published: each one's key digest and row (`KEYS`)
 
     @property
     def key(self) -> str:
@@ -88,15 +96,83 @@ class Publishing:
                 self._described = True
         return list(zip(entities.tolist(), encode_rows(answer.result.outputs, rows), strict=True))
 
-    def write(self, rows: list[tuple[str, bytes]]) -> None:
+    def write(self, rows: list[tuple[str, bytes]], numbers: np.ndarray | None = None) -> None:
+        """Write one piece's rows; `numbers`: their rows in the input, for `keys`."""
         if not rows:
             return
+        if numbers is not None:
+            kept = np.empty(len(rows), dtype=KEYS)
+            kept["key"] = key_digests([entity for entity, _ in rows])
+            kept["row"] = numbers
+            self._keys.append(kept)
         at = time.time()
         t, spec = self.target, self.spec
         self.store.put_answers(spec.tenant, t.table, spec.job_id, rows, computed_at=at, expires_at=at + t.ttl_s)
         if self.described is not None:
             self.store.describe(spec.tenant, t.table, self.described, expires_at=at + t.ttl_s)
             self.described = None  # once a chunk
+
+
+    def keys(self) -> bytes | None:
+        """The chunk's published rows as Finalize reads them (`repeated_keys`): each key's
+        digest and row, in NumPy's format; None where it published none."""
+        if not self._keys:
+            return None
+        out = io.BytesIO()
+        np.save(out, np.concatenate(self._keys), allow_pickle=False)
+        return out.getvalue()
+
+
+# A chunk's published keys (`Publishing.keys`), beside its part in the job's folder (a name
+# starting with `_`, which Hive-style readers of the folder skip); Finalize removes them.
+KEYS = np.dtype([("key", "<u8"), ("row", "<i8")])
+SHOWN_ROWS = 2
+
+
+def keys_uri(output_uri: str, index: int) -> str:
+    return join(output_uri, f"_publish/keys-{index:05d}.npy")
+
+
+def key_digests(entities: list[str]) -> np.ndarray:
+    """Each entity's 64-bit digest (BLAKE2b): the same in every process, unlike `hash`."""
+    digest = hashlib.blake2b
+    return np.frombuffer(b"".join(digest(e.encode("utf-8", "surrogatepass"), digest_size=8).digest() for e in entities), dtype="<u8")
+
+
+def repeated_keys(files: FileStore, job: BatchJob, chunks: Sequence[ChunkResult]) -> list[str]:
+    """Why the job's answers cannot be published: a key on more than one row of the input
+    (a table holds one answer an entity: which row's would it serve?), read from what each
+    chunk published (`keys_uri`); none where every entity is on one row."""
+    if job.publish is None:
+        return []
+    parts = []
+    for chunk in chunks:
+        if chunk.rows_out:
+            with contextlib.suppress(NotFound):  # none published (every row failed)
+                parts.append(np.load(io.BytesIO(files.read_bytes(keys_uri(job.output_uri, chunk.index))), allow_pickle=False))
+    if not parts:
+        return []
+    every = np.concatenate(parts)
+    every = every[np.argsort(every["key"], kind="stable")]
+    same = np.flatnonzero(every["key"][1:] == every["key"][:-1])
+    if not len(same):
+        return []
+    keys = len(np.unique(every["key"][same]))
+    first = sorted(int(r) for r in every["row"][[same[0], same[0] + 1]])
+    return [
+        f"publish.key: {keys} {'value' if keys == 1 else 'values'} of column '{job.publish.key}' {'is' if keys == 1 else 'are'} "
+        f"on more than one row (rows {first[0]} and {first[1]} share one): a table holds one answer an entity, so "
+        "nothing was published: give each entity one row"
+    ]
+
+
+def drop_keys(files: FileStore, job: BatchJob, chunks: Sequence[ChunkResult]) -> None:
+    """The chunks' published keys removed from the job's folder, once Finalize has read them."""
+    if job.publish is None:
+        return
+    for chunk in chunks:
+        with contextlib.suppress(SluiceError):
+            files.delete(keys_uri(job.output_uri, chunk.index))
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,14 @@ from sluice.batch.manifest import (
 )
 from sluice.batch.paths import BatchPaths
 from sluice.batch.plan import Chunk, JobSpec, plan_job
-from sluice.batch.publishing import check_publish, publish_job, retire_replaced, withdraw_job
+from sluice.batch.publishing import (
+    check_publish,
+    drop_keys,
+    publish_job,
+    repeated_keys,
+    retire_replaced,
+    withdraw_job,
+)
 from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import bucket_and_key, join
 from sluice.batch.wire import chunk_scored, job_summary
@@ -220,6 +227,9 @@ class BatchRunner:
             return job_summary(job)
         chunks = self.registry.list_chunks(tenant, job_id)
         problems_found = problems(job, chunks) + not_as_written(self.files, job, chunks)
+        if not problems_found:  # a key on two rows: no table can say which row's answer is the entity's
+            problems_found = repeated_keys(self.files, job, chunks)
+            drop_keys(self.files, job, chunks)
         written = self._manifest(job, chunks, "FAILED" if problems_found else "SUCCEEDED", "; ".join(problems_found) or None)
         self.files.write_bytes(join(job.output_uri, MANIFEST), written, content_type="application/json")
         if problems_found:

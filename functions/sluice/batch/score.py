@@ -34,7 +34,7 @@ import numpy as np
 
 from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
 from sluice.batch.pieces import ChunkUnreadable
-from sluice.batch.publishing import Publishing
+from sluice.batch.publishing import Publishing, keys_uri
 from sluice.batch.readers import read_chunk
 from sluice.batch.uris import join
 from sluice.batch.writers import CONTENT_TYPES, EXTENSIONS, ErrorWriter, PartWriter
@@ -163,6 +163,12 @@ class ChunkScorer:
             for uri, at in ((part_uri, part_at), (error_uri, errors_at)):
                 if uri is None:
                     self.files.delete(at)  # nothing there: nothing done
+            if publishing is not None:  # what it published, for Finalize to find a key on two rows
+                keys, keys_at = publishing.keys(), keys_uri(spec.output_uri, chunk.index)
+                if keys is None:
+                    self.files.delete(keys_at)
+                else:
+                    self.files.write_bytes(keys_at, keys, content_type="application/octet-stream")
         return ChunkResult(
             index=chunk.index,
             rows_in=rows_in,
@@ -262,6 +268,7 @@ class ChunkScorer:
             scored.parts.append((pa.table(out), answer.models or answer.version.ref))  # rows that took different cases: each row's
             if publishing is not None and entities is not None:
                 scored.published += publishing.collect(entities[taken], answer)
+                scored.numbers.append(np.asarray(numbers[taken], np.int64).reshape(-1))
 
         records = Records({name: array[share] for name, array in arrays.items()}, scalars=scalars)
         outcomes = run(score_many(
@@ -279,7 +286,7 @@ class _Scored:
     """A share's output: a table and the version that answered per call, and the rows refused
     (their places in the piece, and why)."""
 
-    __slots__ = ("failed", "parts", "published")
+    __slots__ = ("failed", "numbers", "parts", "published")
 
     def __init__(
         self,
@@ -288,6 +295,7 @@ class _Scored:
         published: list[tuple[str, bytes]],
     ) -> None:
         self.parts, self.failed, self.published = parts, failed, published
+        self.numbers: list[np.ndarray] = []  # the published rows' rows in the input, in order
 
 
 class _Scoring:
@@ -328,9 +336,11 @@ def _finish_piece(
 
     reasons = scoring.reasons
     published: list[tuple[str, bytes]] = []
+    numbers: list[np.ndarray] = []
     for share in scoring.shares:
         scored = share.result() if isinstance(share, Future) else share
         published += scored.published
+        numbers += scored.numbers
         for taken, reason in scored.failed:
             reasons[taken] = reason
         for table, ref in scored.parts:
@@ -342,7 +352,7 @@ def _finish_piece(
             else:
                 versions.update(ref)
     if publishing is not None:  # before the piece counts as done: a failed write fails the chunk, retried whole
-        publishing.write(published)
+        publishing.write(published, np.concatenate(numbers) if numbers else np.empty(0, np.int64))
     bad = np.flatnonzero(~np.equal(reasons, None))
     if len(bad):
         table, numbers = scoring.piece.table, scoring.piece.rows

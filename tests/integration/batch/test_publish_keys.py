@@ -1,0 +1,50 @@
+"""A job that publishes its answers keyed by a column: a table holds one answer an entity, so
+a key on more than one row of the input (in one chunk or in two, scored in any order) fails
+the job at Finalize, naming two of those rows, and nothing is published; the keys each chunk
+published are read from the job's folder and leave it with the job."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.integration.batch.jobs import run_job
+from tests.integration.test_precomputed import users_csv
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+PUBLISH = {"table": "recs", "key": "user"}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.integers(1, 1600), repeats=st.lists(st.tuples(st.integers(0, 1599), st.integers(0, 1599)), max_size=3), made=st.integers(0, 10**6))
+def test_a_key_on_two_rows_fails_the_job_and_publishes_nothing(
+    batch: Container, acme: Principal, tmp_path: Path, rows: int, repeats: list[tuple[int, int]], made: int
+) -> None:
+    users = [f"u{i}" for i in range(rows)]
+    for a, b in repeats:  # row b takes row a's key (700 rows a chunk: often another chunk's)
+        if a < rows and b < rows and a != b:
+            users[b] = users[a]
+    path = users_csv(tmp_path / f"users-{made}.csv", users, 0.02)
+    before = batch.precomputed.publication("acme", "recs", now=time.time())
+    job = run_job(batch, acme, path, deployment="diabetes", key_columns=["user"], publish=PUBLISH, output_uri=str(tmp_path / f"out-{made}"))
+    assert not (tmp_path / f"out-{made}" / "_publish").exists() or not any((tmp_path / f"out-{made}" / "_publish").iterdir())
+    served = batch.precomputed.publication("acme", "recs", now=time.time())
+    if len(set(users)) == len(users):
+        assert job.status == "SUCCEEDED", job.error
+        assert served is not None and served.generation == job.id and served.rows == rows
+        return
+    assert job.status == "FAILED" and "publish.key:" in (job.error or ""), job.error
+    said = job.error.split("(rows ")[1].split(" share one)")[0].split(" and ")
+    first, second = (int(r) for r in said)
+    assert first < second and users[first] == users[second], (job.error, first, second)  # rows as error files count them
+    repeated = len({u for u in users if users.count(u) > 1})
+    assert f"{repeated} value{'s' if repeated > 1 else ''} of column 'user'" in job.error
+    assert (served.generation if served else None) == (before.generation if before else None)  # nothing published
