@@ -37,7 +37,7 @@ from sluice.observability import get_logger
 from sluice.registry.precomputed import Publication, Superseded
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     import pyarrow as pa
 
@@ -142,26 +142,33 @@ def key_digests(entities: list[str]) -> np.ndarray:
 def repeated_keys(files: FileStore, job: BatchJob, chunks: Sequence[ChunkResult]) -> list[str]:
     """Why the job's answers cannot be published: a key on more than one row of the input
     (a table holds one answer an entity: which row's would it serve?), read from what each
-    chunk published (`keys_uri`); none where every entity is on one row."""
+    chunk published (`keys_uri`); none where every entity is on one row. The digests alone
+    are held and sorted in place (8 bytes a row); the rows of one repeated key are looked for
+    only where there is one."""
     if job.publish is None:
         return []
-    parts = []
-    for chunk in chunks:
-        if chunk.rows_out:
-            with contextlib.suppress(NotFound):  # none published (every row failed)
-                parts.append(np.load(io.BytesIO(files.read_bytes(keys_uri(job.output_uri, chunk.index))), allow_pickle=False))
-    if not parts:
+
+    def published() -> Iterator[np.ndarray]:
+        for chunk in chunks:
+            if chunk.rows_out:
+                with contextlib.suppress(NotFound):  # none published (every row failed)
+                    yield np.load(io.BytesIO(files.read_bytes(keys_uri(job.output_uri, chunk.index))), allow_pickle=False)
+
+    digests = [part["key"].copy() for part in published()]
+    if not digests:
         return []
-    every = np.concatenate(parts)
-    every = every[np.argsort(every["key"], kind="stable")]
-    same = np.flatnonzero(every["key"][1:] == every["key"][:-1])
-    if not len(same):
+    every = np.concatenate(digests)
+    del digests
+    every.sort()
+    repeated = every[1:][every[1:] == every[:-1]]
+    if not len(repeated):
         return []
-    keys = len(np.unique(every["key"][same]))
-    first = sorted(int(r) for r in every["row"][[same[0], same[0] + 1]])
+    keys = len(np.unique(repeated))
+    one = repeated[0]
+    rows = sorted(int(r) for part in published() for r in part["row"][part["key"] == one])[:SHOWN_ROWS]
     return [
         f"publish.key: {keys} {'value' if keys == 1 else 'values'} of column '{job.publish.key}' {'is' if keys == 1 else 'are'} "
-        f"on more than one row (rows {first[0]} and {first[1]} share one): a table holds one answer an entity, so "
+        f"on more than one row (rows {rows[0]} and {rows[1]} share one): a table holds one answer an entity, so "
         "nothing was published: give each entity one row"
     ]
 
