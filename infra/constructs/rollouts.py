@@ -46,7 +46,8 @@ class RolloutController:
             controller,
             wildcard_resource(scope, alarms),
             "A rollout names the CloudWatch alarms that roll it back at run time; the controller "
-            "only reads their state (DescribeAlarms) in this account and region.",
+            "only reads their state (DescribeAlarms) in this account and region, and only those "
+            "of the rollout's tenant (named '<tenant>/...', or made by sluice for its endpoints).",
         )
         # The variant weights of the endpoints the API deploys, for deployments bound to one.
         endpoints.grant_rollout_weights(role)

@@ -338,16 +338,48 @@ def test_a_candidate_that_answers_nothing_is_rolled_back_whatever_the_gates(wher
 def test_a_named_alarm_rolls_back(twin: Container, acme: Principal, clock: Clock) -> None:
     alarms = FiringAlarms(set())
     service = RolloutService(twin.registry, twin.deployments, clock=clock, alarms=alarms)
-    start(service, acme, alarms=["iris-5xx"])
+    start(service, acme, alarms=["acme/iris-5xx"])
     assert service.tick("acme", "iris").action == "hold"  # type: ignore[union-attr]
-    alarms.names.add("iris-5xx")
+    alarms.names.add("acme/iris-5xx")
     decision = service.tick("acme", "iris")
     assert (
         decision is not None
         and decision.action == "rollback"
-        and decision.numbers["alarms"] == ["iris-5xx"]
+        and decision.numbers["alarms"] == ["acme/iris-5xx"]
     )
-    assert notes(twin, acme)[-1]["alarms"] == ["iris-5xx"]
+    assert notes(twin, acme)[-1]["alarms"] == ["acme/iris-5xx"]
+
+
+def test_a_rollout_watches_only_its_tenants_alarms(twin: Container, acme: Principal, clock: Clock) -> None:
+    """The controller reads alarms with its own role, across the account: a rollout may name
+    only its tenant's (`acme/…`, or the one sluice made for one of acme's deployments'
+    endpoints), whatever the spelling; one saved before the rule held is never read."""
+    from dataclasses import replace
+
+    from sluice.domain.errors import Unprocessable
+    from sluice.endpoints.names import endpoint_name
+    from sluice.endpoints.scaling import BACKLOG
+
+    alarms = FiringAlarms(set())
+    service = RolloutService(twin.registry, twin.deployments, clock=clock, alarms=alarms)
+    assert BACKLOG.from_zero is not None
+    others = BACKLOG.from_zero.alarm_name(endpoint_name("globex", "iris"))
+    for name in ["globex/iris-5xx", "Acme/iris-5xx", "acme", "acme-iris-5xx", others, BACKLOG.from_zero.alarm_name(endpoint_name("acme", "nothing-here"))]:
+        with pytest.raises(Unprocessable, match="is not one of tenant 'acme'") as refused:
+            start(service, acme, alarms=["acme/mine", name])
+        assert refused.value.field == "alarms" and repr(name) in refused.value.message
+    mine = BACKLOG.from_zero.alarm_name(endpoint_name("acme", "iris"))
+    start(service, acme, alarms=["acme/iris-5xx", mine])
+    dep = twin.registry.get_deployment("acme", "iris")  # as a rollout saved before the rule held would be
+    twin.registry.update_deployment(replace(dep, rollout=replace(dep.rollout, alarms=(*dep.rollout.alarms, others))), expected_revision=dep.revision)  # type: ignore[arg-type]
+    asked: list[list[str]] = []
+    firing = alarms.firing
+    alarms.firing = lambda names: asked.append(list(names)) or firing(names)  # type: ignore[method-assign]
+    alarms.names.add(others)
+    assert service.tick("acme", "iris").action == "hold"  # type: ignore[union-attr]
+    assert asked == [["acme/iris-5xx", mine]]
+    alarms.names.add(mine)
+    assert service.tick("acme", "iris").action == "rollback"  # type: ignore[union-attr]
 
 
 def test_cloudwatch_alarms_reads_alarm_states(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -390,7 +422,7 @@ def test_a_look_that_fails_never_stops_the_controllers_look_at_another_rollout(
     stubber.activate()
     alarms = CloudWatchAlarms(cloudwatch) if broken == "throttled" else BrokenAlarms()
     service = RolloutService(twin.registry, twin.deployments, clock=clock, alarms=alarms)
-    start(service, acme, alarms=["iris-5xx"], gates="error_rate<=0.005")
+    start(service, acme, alarms=["acme/iris-5xx"], gates="error_rate<=0.005")
     for _ in range(2):
         twin.models.push(globex, "gx", (MODELS / "iris.onnx").read_bytes())
     twin.deployments.create(globex, "gx", {"kind": "single", "model": "gx", "version": 1})

@@ -106,7 +106,7 @@ def add_rollout_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
         "--alarm",
         action="append",
         metavar="NAME",
-        help="a CloudWatch alarm that rolls back when it fires (AWS)",
+        help="a CloudWatch alarm of the tenant's (TENANT/..., or one sluice made for its endpoints) that rolls back when it fires (AWS)",
     )
     start.add_argument(
         "--routing-key", help="sticky routing by this request field or header (such as x-user-id)"

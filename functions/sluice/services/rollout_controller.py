@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.domain import Principal
 from sluice.domain.errors import Conflict, SluiceError
 from sluice.domain.rollouts import CANDIDATE, QUALITY, Decision, Rollout, endpoint_weights, evaluate
+from sluice.services.rollout_alarms import foreign_alarms, tenants_alarms
 from sluice.stats.verdicts import gate_metrics
 
 if TYPE_CHECKING:
@@ -35,6 +36,15 @@ class RolloutController:
 
     def __init__(self, service: RolloutService) -> None:
         self.service = service
+
+    def _own(self, tenant: str, names: tuple[str, ...]) -> list[str]:
+        """The rollout's alarms that are its tenant's, read now (`foreign_alarms`); another's,
+        saved before the rule held, is never read (logged)."""
+        registry = self.service.registry
+        foreign = foreign_alarms(tenant, names, lambda: tenants_alarms(tenant, (d.name for d in registry.list_deployments(tenant))))
+        if foreign:
+            log.warning("rollout alarms not the tenant's are not read", extra={"tenant": tenant, "alarms": foreign})
+        return [name for name in names if name not in foreign]
 
     def tick(self, tenant: str, name: str) -> Decision | None:
         """One look at one deployment's rollout: a running one, or one whose endpoint weights
@@ -54,11 +64,8 @@ class RolloutController:
                     return self._catch_up(principal, dep, rollout)
                 return None
             now = service.clock()
-            firing = (
-                service.alarms.firing(rollout.alarms)
-                if service.alarms is not None and rollout.alarms
-                else []
-            )
+            watched = self._own(tenant, rollout.alarms) if service.alarms is not None and rollout.alarms else []
+            firing = service.alarms.firing(watched) if service.alarms is not None and watched else []
             if firing:
                 numbers = {"step": rollout.step, "weight": rollout.weight, "alarms": firing}
                 decision = Decision("rollback", f"alarm {', '.join(firing)} fired", numbers)

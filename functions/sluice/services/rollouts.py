@@ -44,6 +44,7 @@ from sluice.domain.rollouts import (
 )
 from sluice.domain.values import parse_model_version
 from sluice.services.models import require_found
+from sluice.services.rollout_alarms import foreign_alarms, tenants_alarms
 from sluice.services.rollout_controller import RolloutController
 
 if TYPE_CHECKING:
@@ -84,6 +85,17 @@ class RolloutService:
 
             self.endpoints = RolloutEndpoints(registry, deployments, endpoints)
         self.controller = RolloutController(self)
+
+    def own_alarms(self, tenant: str, names: tuple[str, ...]) -> tuple[str, ...]:
+        """`names`, each of them `tenant`'s (`foreign_alarms`); else a 422 naming one."""
+        foreign = foreign_alarms(tenant, names, lambda: tenants_alarms(tenant, (d.name for d in self.registry.list_deployments(tenant))))
+        if foreign:
+            raise Unprocessable(
+                f"alarm {foreign[0]!r} is not one of tenant {tenant!r}'s: name an alarm '{tenant}/…', "
+                "or the one sluice made for one of your deployments' endpoints",
+                field="alarms",
+            )
+        return names
 
     # Commands -----------------------------------------------------------------------------
     def start(
@@ -166,7 +178,7 @@ class RolloutService:
             every_s=every_s,
             gates=",".join(str(g) for g in parsed_gates),
             min_requests=min_requests,
-            alarms=check_alarms(tuple(alarms)),
+            alarms=self.own_alarms(principal.tenant, check_alarms(tuple(alarms))),
             routing_key=routing_key,
             mirror_percent=float(mirror_percent),
             started_at=when,

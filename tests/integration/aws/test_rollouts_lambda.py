@@ -45,18 +45,18 @@ def test_the_scheduled_controller_rolls_back_on_a_named_alarm(cloud: Container, 
     from sluice.handlers.rollouts import handler
 
     cw = boto3.client("cloudwatch", region_name=REGION)
-    _alarm(cw, "iris-errors")
+    _alarm(cw, "acme/iris-errors")
     for who in (acme, globex):
-        cloud.rollouts.start(who, "iris", to="iris:2", steps="5,100", every="1m", gates="error_rate<=0.01", alarms=["iris-errors"] if who is acme else [])
+        cloud.rollouts.start(who, "iris", to="iris:2", steps="5,100", every="1m", gates="error_rate<=0.01", alarms=["acme/iris-errors"] if who is acme else [])
     assert cloud.registry.running_rollouts() == [("acme", "iris"), ("globex", "iris")]
     assert handler({}, LambdaContext(function_name="sluice-rollouts")) == {"rollouts": 2, "actions": {"hold": 2}}
-    cw.set_alarm_state(AlarmName="iris-errors", StateValue="ALARM", StateReason="test")
+    cw.set_alarm_state(AlarmName="acme/iris-errors", StateValue="ALARM", StateReason="test")
     assert handler({}, LambdaContext(function_name="sluice-rollouts")) == {"rollouts": 2, "actions": {"hold": 1, "rollback": 1}}
     rolled = cloud.deployments.get(acme, "iris")
     assert rolled.policy == {"kind": "single", "model": "iris", "version": 1}
     assert rolled.rollout is not None and rolled.rollout.state == "rolled_back"
     last = cloud.deployments.history(acme, "iris")[-1]
-    assert last.by == "rollout-controller" and last.note is not None and last.note["alarms"] == ["iris-errors"]
+    assert last.by == "rollout-controller" and last.note is not None and last.note["alarms"] == ["acme/iris-errors"]
     # The other tenant's rollout is its own: untouched, still running.
     other = cloud.deployments.get(globex, "iris")
     assert other.rollout is not None and other.rollout.state == "running"
