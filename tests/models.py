@@ -148,3 +148,22 @@ def sum_model(values: int) -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
     model.ir_version = 7
     return model.SerializeToString()
+
+
+def ratio_model() -> bytes:
+    """`x` [-1, 1] INT64 in, `y` [-1, 1] INT64 out: 100 // x, row by row. A row of 0 makes
+    ONNX Runtime fail the whole call (`Fail`: integer division by zero), whatever the other
+    rows hold: a model that fails on one record's values."""
+    from onnx import TensorProto, helper
+
+    hundred = helper.make_tensor("hundred", TensorProto.INT64, [], [100])
+    graph = helper.make_graph(
+        [helper.make_node("Div", ["hundred", "x"], ["y"])],
+        "ratio",
+        [helper.make_tensor_value_info("x", TensorProto.INT64, [None, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [None, 1])],
+        [hundred],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from sluice.domain.errors import BackendError, InvalidInput, NotFound, Unavailable
 from sluice.inference.bulk import Error, Records, Result, score_many
 from sluice.inference.loop import run
+from sluice.inference.selections import positions_of
 from sluice.routing.choose import sticky_pick
 from tests.models import LOOKUP_TABLE, lookup_model, total_model
 from tests.support import single, split_policy
@@ -117,6 +118,30 @@ def test_one_refused_record_among_many_fails_alone_in_a_bounded_number_of_calls(
             assert isinstance(outcome, Result)
     assert len(calls) == done.calls <= bisect_bound(1000, 1) == 21
     assert calls[0] == (1000, None, None)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(st.integers(-5, 5), min_size=1, max_size=300), max_rows=st.sampled_from([1, 7, 4096]))
+def test_a_record_the_model_fails_on_fails_alone_and_is_not_retried(demo: Container, acme: Principal, values: list[int], max_rows: int) -> None:
+    """ONNX Runtime fails a whole call on one record's values (100 // 0): the call is split, the
+    records it fails on each fail alone, not for retry (they would fail again, and hold every
+    other record of their call with them until given up), and every other record answers."""
+    from sluice.domain.errors import ModelFailed
+    from tests.models import ratio_model
+
+    if "ratio" not in [d.name for d in demo.registry.list_deployments("acme")]:
+        demo.models.push(acme, "ratio", ratio_model())
+        demo.deployments.create(acme, "ratio", {"kind": "single", "model": "ratio", "version": 1})
+    records = Records({"x": np.asarray(values, np.int64).reshape(-1, 1)})
+    done = run(score_many(demo.predictions, acme, "ratio", records, max_rows=max_rows))
+    for value, outcome in zip(values, done.by_record(), strict=True):
+        if value == 0:
+            assert isinstance(outcome, Error) and not outcome.retry and isinstance(outcome.error, ModelFailed), outcome
+        else:
+            assert isinstance(outcome, Result), outcome
+    for result in done.results:  # each record its own row, 100 / x truncated as C++ divides
+        got = result.answer.result.outputs["y"][:, 0].tolist()
+        assert got == [int(100 / values[i]) for i in positions_of(result.records)]
 
 
 def test_several_refused_records_each_fail_alone_and_records_of_many_rows_keep_their_rows(lookup: Container, acme: Principal) -> None:

@@ -155,6 +155,13 @@ class BackendError(SluiceError):
     status, code = 502, "backend_error"
 
 
+class ModelFailed(BackendError):
+    """The model itself failed on its input, in process (ONNX Runtime's `Fail` or
+    `RuntimeException`: an integer divided by zero, an index out of range inside the graph):
+    the same input fails the same way again. A bulk call of many records is split to find the
+    record that does, which fails alone (an error record, not retried); a request answers 502."""
+
+
 class CasesApart(BackendError):
     """Rows of one request took switch cases whose answers cannot share a tensor (other
     classes, other shapes): each case's rows alone would answer. `cases`: each row's case

@@ -42,6 +42,7 @@ from sluice.domain.errors import (
     BackendError,
     CasesApart,
     DeadlineExceeded,
+    ModelFailed,
     SluiceError,
     Unprocessable,
 )
@@ -321,7 +322,9 @@ def _retryable(exc: Exception) -> bool:
     """A call that may answer if tried again. Not one refused for its records, nor one queued
     (`Accepted`: an answer nobody here reads; split, its halves are answered in place), nor one
     whose rows took switch cases that cannot share a tensor (`CasesApart`: its records of each
-    case answer apart, and a record whose rows took several is refused again when retried)."""
-    return not (isinstance(exc, SluiceError) and (exc.status in PERMANENT_STATUSES or isinstance(exc, Accepted | CasesApart)))
+    case answer apart, and a record whose rows took several is refused again when retried), nor
+    one the model failed in process (`ModelFailed`: split, the record it fails on fails alone,
+    and the others answer, rather than all of them retried until they are given up)."""
+    return not (isinstance(exc, SluiceError) and (exc.status in PERMANENT_STATUSES or isinstance(exc, Accepted | CasesApart | ModelFailed)))
 
 

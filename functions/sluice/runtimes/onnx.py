@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.domain.errors import BackendError, InvalidInput, PayloadTooLarge
+from sluice.domain.errors import BackendError, InvalidInput, ModelFailed, PayloadTooLarge
 from sluice.domain.results import InferenceResult
 from sluice.owner_only import no_external_data
 
@@ -290,4 +290,6 @@ def _runtime_error(exc: Exception) -> Exception:
     log.warning("onnxruntime run failed", extra={"error_type": kind, "error": str(exc)[:500]})
     if kind == "InvalidArgument":
         return InvalidInput("the model rejected the input (shape or type)", field="inputs")
+    if kind in ("Fail", "RuntimeException"):  # the graph failed on these values: again if tried again
+        return ModelFailed(f"the ONNX runtime failed ({kind})")
     return BackendError(f"the ONNX runtime failed ({kind})")

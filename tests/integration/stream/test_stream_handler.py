@@ -88,6 +88,26 @@ def test_one_poisoned_record_among_1000_leaves_999_predictions_and_one_error(aws
     assert len(calls) == 1  # micro-batched: one inference call for the 999
 
 
+@pytest.mark.parametrize("source", ["sqs", "kinesis"])
+def test_a_record_the_model_fails_on_is_an_error_record_and_the_others_of_its_call_answer(aws: None, bind: Bind, demo: Container, acme: Principal, source: str) -> None:
+    """ONNX Runtime fails the whole call on one record's value (100 // 0): that record is an
+    error record, the others of its call are scored, and nothing is retried (retried, they
+    would all fail again, until given up)."""
+    from tests.models import ratio_model
+
+    demo.models.push(acme, "ratio", ratio_model())
+    demo.deployments.create(acme, "ratio", {"kind": "single", "model": "ratio", "version": 1})
+    s3 = _bucket()
+    handle = bind({"kind": "s3", "target": "s3://sluice-stream-out/scores"}, deployment="ratio")
+    bodies = [json.dumps({"id": f"tx-{n}", "inputs": [[0 if n == 7 else n + 1]]}) for n in range(10)]
+    answer = handle(sqs_event(bodies) if source == "sqs" else kinesis_event(bodies))
+    assert answer == {"batchItemFailures": []}
+    (_key, lines), = _objects(s3).items()
+    by_id = {line["id"]: line for line in lines}
+    assert len(lines) == 10 and by_id["tx-7"]["error"] == "the ONNX runtime failed (Fail)" and by_id["tx-7"]["code"] == "backend_error"
+    assert [by_id[f"tx-{n}"]["prediction"] for n in range(10) if n != 7] == [int(100 / (n + 1)) for n in range(10) if n != 7]
+
+
 def test_records_that_can_never_succeed_become_error_records_naming_the_field(aws: None, bind: Bind) -> None:
     sqs, url = _queue("scores")
     handle = bind({"kind": "sqs", "target": url})
