@@ -108,6 +108,30 @@ def test_a_record_the_model_fails_on_is_an_error_record_and_the_others_of_its_ca
     assert [by_id[f"tx-{n}"]["prediction"] for n in range(10) if n != 7] == [int(100 / (n + 1)) for n in range(10) if n != 7]
 
 
+def test_a_kpl_aggregate_is_scored_record_by_record_under_its_sequence_number(aws: None, bind: Bind) -> None:
+    """Lambda hands a Kinesis Producer Library aggregate over as it came: its user records are
+    each scored and written, with their own ids, in order, under the Kinesis record's sequence
+    number and their place in it."""
+    import hashlib
+
+    from tests.unit.test_kpl_records import AGGREGATED
+
+    s3 = _bucket()
+    handle = bind({"kind": "s3", "target": "s3://sluice-stream-out/scores"})
+    bodies = rows(6)
+    message = AGGREGATED(partition_key_table=["card-1", "card-2"])
+    for i, body in enumerate(bodies[1:5]):
+        message.records.add(partition_key_index=i % 2, data=body.encode())
+    inner = message.SerializeToString()
+    aggregate = b"\xf3\x89\x9a\xc2" + inner + hashlib.md5(inner, usedforsecurity=False).digest()
+    event = kinesis_event([bodies[0], aggregate, bodies[5]])
+    assert handle(event) == {"batchItemFailures": []}
+    (_key, lines), = _objects(s3).items()
+    assert [line["id"] for line in lines] == [json.loads(b)["id"] for b in bodies] and all("prediction" in line for line in lines)
+    middle = event["Records"][1]["kinesis"]["sequenceNumber"]
+    assert [(line["source"]["sequence_number"], line["source"].get("subsequence_number")) for line in lines[1:5]] == [(middle, i) for i in range(4)]
+
+
 def test_records_that_can_never_succeed_become_error_records_naming_the_field(aws: None, bind: Bind) -> None:
     sqs, url = _queue("scores")
     handle = bind({"kind": "sqs", "target": url})
