@@ -10,6 +10,7 @@ import time
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sluice.capture.held import HELD, captured_id
 from sluice.capture.records import to_record
 from sluice.observability import get_logger
 from sluice.observability.telemetry import emf, write
@@ -85,9 +86,14 @@ class Capturer:
         """A bulk call's records (a stream's), each sampled and captured as a request of its
         own under its id, with the call's latency: `offsets`, where each one's rows start and
         the last ends (None: a row each)."""
+        held = HELD.get()
         for j, rid in enumerate(ids):
             rows = slice(j, j + 1) if offsets is None else slice(int(offsets[j]), int(offsets[j + 1]))
-            self.offer(dep, "" if rid is None else str(rid), answer, arrays, latency_ms, inputs, rows)
+            offer = (dep, captured_id(rid), answer, arrays, latency_ms, inputs, rows)
+            if held is not None:
+                held.append((self, offer))
+            else:
+                self.offer(*offer)
 
     def _start(self) -> None:
         with self._lock:
@@ -149,3 +155,4 @@ class Capturer:
 
     def counts(self) -> dict[str, int]:
         return {"sampled": self.sampled, "written": self.written, "dropped": self.dropped, "failed": self.failed, "queued": self._queue.qsize()}
+

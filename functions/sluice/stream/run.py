@@ -3,8 +3,9 @@ Lambda handler and `sluice stream` both call `process`; only their transports di
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from sluice.capture.held import HELD, captured_id
 from sluice.inference.loop import gc_paused
 from sluice.stream.core import hold_order
 
@@ -27,7 +28,12 @@ async def process(scorer: StreamScorer, records: Sequence[StreamRecord], sink: S
     refused is retried, and so are the later records of its order group, already written in
     the same call (the destination sees them again after it: at least once)."""
     with gc_paused():
-        outcomes = await scorer.score(records)
+        held: list[tuple[Any, tuple[Any, ...]]] = []
+        token = HELD.set(held)  # captured once answered for good, below: a record retried is captured when it is
+        try:
+            outcomes = await scorer.score(records)
+        finally:
+            HELD.reset(token)
         hold_order(records, outcomes)
         outputs = [(i, o.output) for i, o in enumerate(outcomes) if o.retry is None and o.output is not None]
         refused = sink.write(records, outputs)
@@ -35,4 +41,9 @@ async def process(scorer: StreamScorer, records: Sequence[StreamRecord], sink: S
             outcomes[index].output, outcomes[index].retry = None, NOT_WRITTEN
         if refused:
             hold_order(records, outcomes)
+        if held:
+            written = {captured_id(o.output.get("id")) for o in outcomes if o.retry is None and o.output is not None}
+            for capturer, offer in held:
+                if offer[1] in written:
+                    capturer.offer(*offer)
         return outcomes

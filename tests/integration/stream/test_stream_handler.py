@@ -402,6 +402,37 @@ def test_a_deployment_that_captures_keeps_each_stream_record_under_its_id(aws: N
     assert len({r["request_id"] for r in sampled}) == len(sampled)
 
 
+def test_a_record_retried_is_captured_once_when_it_is_answered_for_good(
+    aws: None, bind: Bind, demo: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PutRecords refuses tx-1 once: tx-1 and the records after it on the shard are retried and
+    scored again when Lambda delivers them again. Each record is captured once, when its output
+    is written for good (captured at scoring, the retried ones were captured twice)."""
+    from sluice.handlers import stream
+    from sluice.stream.sinks import KinesisSink
+
+    kinesis = boto3.client("kinesis", region_name=REGION)
+    kinesis.create_stream(StreamName="captured", ShardCount=1)
+    refuse = {"tx-1"}
+
+    class Throttled:
+        def put_records(self, Records: list[dict[str, Any]], **target: Any) -> dict[str, Any]:
+            kept = [r for r in Records if json.loads(r["Data"])["id"] not in refuse]
+            answers = iter(kinesis.put_records(Records=kept, **target)["Records"] if kept else [])
+            out = [{"ErrorCode": "ProvisionedThroughputExceededException"} if json.loads(r["Data"])["id"] in refuse else next(answers) for r in Records]
+            refuse.clear()
+            return {"FailedRecordCount": sum("ErrorCode" in a for a in out), "Records": out}
+
+    demo.deployments.update(acme, "iris", None, capture={"sample_percent": 100})
+    handle = bind({"kind": "kinesis", "target": "captured"})
+    monkeypatch.setattr(stream, "sink_for", lambda binding: KinesisSink(Throttled(), "captured"))
+    event = kinesis_event(rows(4))
+    assert len(handle(event)["batchItemFailures"]) == 3
+    assert sorted(r["request_id"] for r in _captured(demo)) == ["tx-0"]  # the others wait for their delivery again
+    assert handle({"Records": event["Records"][1:]}) == {"batchItemFailures": []}
+    assert sorted(r["request_id"] for r in _captured(demo)) == ["tx-0", "tx-1", "tx-2", "tx-3"]
+
+
 def test_an_output_too_large_for_the_queue_becomes_an_error_record(aws: None, bind: Bind) -> None:
     sqs, url = _queue("scores")
     handle = bind({"kind": "sqs", "target": url})
