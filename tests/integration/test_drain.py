@@ -213,19 +213,27 @@ def test_a_burst_of_stop_signals_stops_the_service_within_its_bound(workers: int
 
 
 def test_a_body_that_never_arrives_is_a_408_and_holds_no_slot(serve: Callable[..., Serve]) -> None:
-    """Headers sent, the body never: answered 408 once the body timeout passes, the connection
-    closed, and the worker's prediction slots free for the next caller (as many stalled
-    requests as it has slots would otherwise hold them all, for every tenant, for ever)."""
-    server = serve(SLUICE_BODY_TIMEOUT_S="1")
+    """Headers sent, the body never (or part of it): answered 408 once the body timeout passes,
+    the connection closed, and the slots free for the next caller (as many stalled requests as
+    there are slots would otherwise hold them all for ever): a prediction's, and a route the
+    framework answers, whose body it reads (a deployment's change, holding the key's slots)."""
+    server = serve(SLUICE_BODY_TIMEOUT_S="1", SLUICE_MAX_IN_FLIGHT_PER_KEY="2")
+    change = b'{"policy": {"kind": "single", "model": "iris", "version": 1}}'
+    framework = (
+        b"PUT /api/v1/deployments/iris HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + f"Authorization: Bearer {server.key}\r\nContent-Length: {len(change)}\r\n\r\n".encode()
+        + change[:9]  # part of the body, then nothing
+    )
     stalled = []
-    for _ in range(2):
+    for request in (server.request()[: -len(SETOSA)], server.request()[: -len(SETOSA)], framework, framework):
         sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
-        sock.sendall(server.request()[: -len(SETOSA)])  # the headers, with the body's length: no body
+        sock.sendall(request)  # the headers, with the body's length: no body
         stalled.append(sock)
     started = time.monotonic()
     for sock in stalled:
         answer = read_all(sock)
         sock.close()
         assert answer.startswith(b"HTTP/1.1 408 ") and b"connection: close" in answer.lower(), answer[:300]
+        assert b'"code":"request_timeout"' in answer.replace(b" ", b"") and b'"field":"body"' in answer.replace(b" ", b""), answer[-300:]
     assert time.monotonic() - started < 20
-    assert attempt(server) == "200"
+    assert attempt(server) == "200"  # the key's two slots free again

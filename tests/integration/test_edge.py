@@ -294,3 +294,14 @@ def test_a_body_that_is_no_json_names_the_body_on_every_route(client: TestClient
     assert error["field"] == "body" and error["code"] == "invalid_request", error
     if body:
         assert error["error"].startswith("body: Invalid JSON: ") and where in error["error"], error
+
+
+def test_a_key_header_given_twice_is_a_400_whichever_copy_works(client: TestClient, keys: dict[str, str]) -> None:
+    """Two Authorization (or x-api-key) headers: a proxy in front honouring the other copy would
+    disagree about whose request it is, so neither is taken, in either order, on every route."""
+    for name, value in (("authorization", "Bearer {}"), ("x-api-key", "{}")):
+        for path in ("/api/v1/predictions", "/v2/models/iris/infer", "/api/v1/deployments"):
+            for first, second in ((keys["acme"], "nope"), ("nope", keys["acme"]), (keys["acme"], keys["globex"])):
+                headers = [(name, value.format(first)), (name, value.format(second)), ("content-type", "application/json")]
+                r = client.request("GET" if path.endswith("deployments") else "POST", path, headers=headers, content=b"{}")
+                assert r.status_code == 400 and r.json()["field"] == name and "given twice" in r.json()["error"], (path, r.text)

@@ -179,6 +179,33 @@ async def read_body(receive: Receive, timeout_s: float | None = None) -> bytes:
             return b"".join(chunks)
 
 
+def timed(receive: Receive, timeout_s: float) -> Receive:
+    """`receive` for a body the framework reads (every route but the hot ones, which read theirs
+    with `read_body`): the same time to arrive, past which the read raises a `RequestTimeout`
+    (408) the framework passes on (`BodyError`). So a request whose body stalls holds its key's
+    and its tenant's slots that long at most, on every route. Once the body is in, `receive`
+    is as it was (what waits for the client to leave is not timed)."""
+    started: float | None = None
+    received = 0
+    done = False
+
+    async def within() -> Message:
+        nonlocal started, received, done
+        if done:
+            return await receive()
+        if started is None:
+            started = asyncio.get_running_loop().time()
+        try:
+            message = await _within(receive, started + timeout_s + received / BODY_MIN_RATE, received)
+        except RequestTimeout as exc:
+            raise BodyError(exc) from None
+        received += len(message.get("body", b""))
+        done = message["type"] != "http.request" or not message.get("more_body", False)
+        return message
+
+    return within
+
+
 async def _within(receive: Receive, deadline: float, received: int) -> Message:
     """`await receive()`, refused past `deadline` (the loop's clock) where it has to wait."""
     from sluice.inline import resumed, timeout

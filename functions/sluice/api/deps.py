@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from sluice.caching import keep
 from sluice.domain import Principal
-from sluice.domain.errors import InvalidRequest, Unauthenticated
+from sluice.domain.errors import BadRequest, InvalidRequest, Unauthenticated
 from sluice.domain.locations import Roots
 from sluice.domain.requests import MAX_REQUEST_ID
 from sluice.inference.predictions import PredictionService
@@ -77,12 +77,28 @@ MISSING_KEY = "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key
 
 
 def _bearer(headers: Headers) -> str | None:
-    auth = header(headers, b"authorization")
+    """The request's key: `Authorization: Bearer <key>`, else `x-api-key`. Either header given
+    twice is refused (400): a proxy in front that read the other copy would disagree about
+    whose request it is."""
+    raw = getattr(headers, "raw", None)
+    if raw is None:  # a mapping (gRPC metadata): one value a name
+        auth, key = header(headers, b"authorization"), header(headers, b"x-api-key")
+    else:
+        auth = key = None
+        for name, value in raw:
+            if name == b"authorization":
+                if auth is not None:
+                    raise BadRequest("the Authorization header is given twice: send one", field="authorization")
+                auth = value.decode("latin-1")
+            elif name == b"x-api-key":
+                if key is not None:
+                    raise BadRequest("the x-api-key header is given twice: send one", field="x-api-key")
+                key = value.decode("latin-1")
     if auth:
         scheme, _, token = auth.partition(" ")
         if scheme.lower() == "bearer" and token.strip():
             return token.strip()
-    return header(headers, b"x-api-key") or None
+    return key or None
 
 
 async def get_principal(request: Request) -> Principal:

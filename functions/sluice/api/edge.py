@@ -25,7 +25,7 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import Headers
 from starlette.routing import compile_path
 
-from sluice.api.bodies import BodyTooLarge, read_body, too_large, upload_body
+from sluice.api.bodies import BodyTooLarge, read_body, timed, too_large, upload_body
 from sluice.api.encoding import accepts_gzip, behind_api_gateway, gzip_whole
 from sluice.api.errors import error_content, error_response
 from sluice.api.ratelimit import RateLimit
@@ -163,7 +163,8 @@ class Edge:
                 else:
                     await response(scope, receive, send)
                 return
-            await self.app(scope, receive, send)
+            # The framework's routes read their bodies in the time a hot route's has.
+            await self.app(scope, timed(receive, container.settings.limits.body_timeout_s), send)
         finally:
             unbind_tenant(token)
             if not released:
