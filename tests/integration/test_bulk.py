@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sluice.domain.errors import BackendError, InvalidInput, NotFound, Unavailable
+from sluice.domain.errors import InvalidInput, NotFound, Unavailable
 from sluice.inference.bulk import Error, Records, Result, score_many
 from sluice.inference.loop import run
 from sluice.inference.selections import positions_of
@@ -230,14 +230,20 @@ def test_a_deployment_not_found_leaves_every_record_to_retry(demo: Container, ac
     assert error.retry and isinstance(error.error, NotFound) and len(error) == 3 and done.calls == 0
 
 
-def test_an_answer_without_a_row_per_row_asked_fails_its_call_for_retry(demo: Container, acme: Principal) -> None:
-    """No record is given another's rows: a model that answers one row for a batch fails."""
+def test_an_answer_without_a_row_per_row_asked_fails_the_records_it_cannot_answer_alone(demo: Container, acme: Principal) -> None:
+    """No record is given another's rows: a model that answers one row for a batch fails the
+    call; split, a record of one row is answered, and one of three fails alone, not for retry
+    (it would fail again)."""
+    from sluice.domain.errors import ModelFailed
+
     demo.models.push(acme, "total", total_model())
     demo.deployments.create(acme, "total", {"kind": "single", "model": "total", "version": 1})
     records = Records({"x": np.ones((4, 2), dtype=np.float32)}, np.asarray([1, 3]))
     done = run(score_many(demo.predictions, acme, "total", records, max_rows=10))
     (error,) = done.errors
-    assert error.retry and isinstance(error.error, BackendError) and len(error) == 2 and not done.results
+    assert not error.retry and isinstance(error.error, ModelFailed) and list(positions_of(error.records)) == [1]
+    (result,) = done.results
+    assert list(positions_of(result.records)) == [0] and result.answer.result.outputs["total"].tolist() == [[1.0, 1.0]]
 
 
 def test_a_policy_node_is_run_for_the_principals_tenant(lookup: Container, acme: Principal) -> None:

@@ -78,6 +78,35 @@ def test_a_switch_deciding_row_by_row_needs_one_row_of_each_input_per_row(demo: 
     assert client.post("/v2/models/rows/infer", json=body, headers=auth(keys["acme"])).json()["outputs"][0]["data"] == pytest.approx([11.0, 14.0])
 
 
+def test_a_case_that_answers_fewer_rows_than_it_was_given_is_never_spread_over_them(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str]) -> None:
+    """A switch that decides row by row puts each case's rows back where they came from: a case
+    whose model answers one row for the batch (column sums) would have that row copied into
+    every row of its case (and, in a bulk call, into other records' rows). A 502 naming the
+    case, never a 200."""
+    from sluice.domain.errors import ModelFailed
+    from sluice.inference.bulk import Error, Records, score_many
+    from sluice.inference.loop import run
+    from tests.models import total_model
+
+    for _ in (1, 2):
+        demo.models.push(acme, "total", total_model())
+    policy = {"kind": "switch", "cases": [{"name": "neg", "when": {"field": "inputs.x", "column": 0, "op": "<", "value": 0}, "target": single("total", 1)}], "default": single("total", 2)}
+    assert _save(client, keys["acme"], "sums", policy).status_code == 201
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 2], "data": [-1, 0, 2, 2, -5, 0, 3, 3]}]}
+    r = client.post("/v2/models/sums/infer", json=body, headers=auth(keys["acme"]))
+    assert r.status_code == 502 and "case 'neg' answered output 'total' with 1 rows for the 2" in r.json()["error"], r.text
+    # Two records of two rows, called together: that call fails (each case has two rows), and
+    # split, each record's cases have one row each, which their sums answer: every record its own rows.
+    rows = np.array([[-1, 0], [2, 2], [3, 3], [-5, 0]], np.float32)
+    done = run(score_many(demo.predictions, acme, "sums", Records({"x": rows}, rows=np.array([2, 2])), max_rows=64))
+    assert not done.errors and len(done.results) == 2
+    for result in done.results:
+        np.testing.assert_array_equal(result.answer.result.outputs["total"], rows[result.rows])
+    lone = run(score_many(demo.predictions, acme, "sums", Records({"x": rows[[0, 3]]}, rows=np.array([2])), max_rows=64))  # one record, both rows neg
+    (error,) = lone.errors
+    assert isinstance(error, Error) and isinstance(error.error, ModelFailed) and not error.retry
+
+
 def test_rows_whose_cases_answer_other_classes_are_not_put_in_one_tensor(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str]) -> None:
     """One tensor has one list of classes: rows of a model with classes s1..s3 are not labelled
     with iris's (a 92% s1 row read as 92% setosa)."""

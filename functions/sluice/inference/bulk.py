@@ -39,7 +39,6 @@ import numpy as np
 
 from sluice.domain.errors import (
     Accepted,
-    BackendError,
     CasesApart,
     DeadlineExceeded,
     ModelFailed,
@@ -296,7 +295,7 @@ class _Bulk:
             shared = as_rows(answer.result)  # shared out by record below: a scalar answer is one row
             for name, array in shared.outputs.items():  # one row each asked for
                 if array.shape[0] != taken:
-                    raise BackendError(f"output '{name}' has {array.shape[0]} rows for {taken} asked")
+                    raise ModelFailed(f"output '{name}' has {array.shape[0]} rows for {taken} asked")  # again if tried again
             if shared is not answer.result:  # the answer as the call gave it stays as it is (a cache may hold it)
                 answer = replace(answer, result=shared)
         except Exception as exc:  # sorted below: refused (bisect), or retried; never lost

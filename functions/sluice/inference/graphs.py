@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.domain.conditions import comparisons, reads_inputs
-from sluice.domain.errors import CasesApart, InvalidInput, Unavailable
+from sluice.domain.errors import CasesApart, InvalidInput, ModelFailed, Unavailable
 from sluice.domain.functions import Function
 from sluice.domain.graphs import DEFAULT_CASE, sequence_signature
 from sluice.domain.lookups import Lookup
@@ -121,7 +121,13 @@ def _merge(rows: int, where: list[np.ndarray], results: list[InferenceResult], c
             raise CasesApart(f"the cases {cases} answer output '{name}' in different shapes: their rows cannot be put together", cases=chosen, field="policy")
         dtype = np.result_type(*parts) if all(p.dtype.kind not in "OUS" for p in parts) else np.dtype(object)  # type: ignore[union-attr]
         out = np.empty((rows, *array.shape[1:]), dtype=dtype)
-        for at, part in zip(where, parts, strict=True):
+        for at, part, case in zip(where, parts, cases, strict=True):
+            if part.shape[0] != len(at):  # put back, one row would be broadcast over every row of its case
+                raise ModelFailed(
+                    f"case '{case}' answered output '{name}' with {part.shape[0]} rows for the {len(at)} it was given: "
+                    "a switch that decides row by row needs cases that answer row by row",
+                    field="policy",
+                )
             out[at] = part
         outputs[name] = out
     for name, labels in results[0].classes.items():  # one tensor has one list of classes
