@@ -107,6 +107,29 @@ def test_a_case_that_answers_fewer_rows_than_it_was_given_is_never_spread_over_t
     assert isinstance(error, Error) and isinstance(error.error, ModelFailed) and not error.retry
 
 
+def test_references_that_save_answer_and_fan_out_is_bounded_when_saved(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str]) -> None:
+    """What the checks let through, a request can take: references as deep as they allow
+    answer, whatever nodes lie between (each split adds a node, not a deployment). And the most
+    calls one request could make is bounded when the policy is saved, counted once per
+    deployment however many paths reach it."""
+    iris = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [5.1, 3.5, 1.4, 0.2]}]}
+    assert _save(client, keys["acme"], "d0", single("iris", 1)).status_code == 201
+    for i in range(1, 8):  # d7 -> d6 -> ... -> d0: eight deployments, each behind a split
+        split = {"kind": "split", "variants": [{"name": "a", "weight": 1.0, "target": {"kind": "ref", "deployment": f"d{i - 1}"}}]}
+        assert _save(client, keys["acme"], f"d{i}", split).status_code == 201
+        r = client.post(f"/v2/models/d{i}/infer", json=iris, headers=auth(keys["acme"]))
+        assert r.status_code == 200, (i, r.text)
+    split = {"kind": "split", "variants": [{"name": "a", "weight": 1.0, "target": {"kind": "ref", "deployment": "d7"}}]}
+    assert _save(client, keys["acme"], "d8", split).status_code == 422  # a ninth: refused when saved
+    fan = lambda below: {"kind": "ensemble", "aggregator": "majority", "members": [{"name": f"m{j}", "target": {"kind": "ref", "deployment": below}} for j in range(16)]}  # noqa: E731
+    nested = lambda below: {"kind": "ensemble", "aggregator": "majority", "members": [{"name": f"e{j}", "target": fan(below)} for j in range(4)]}  # noqa: E731
+    mid = _save(client, keys["acme"], "mid", nested("d0"))
+    assert mid.status_code == 201, mid.text  # 4 x 16 = 64 calls
+    assert client.post("/v2/models/mid/infer", json=iris, headers=auth(keys["acme"])).status_code == 200
+    r = _save(client, keys["acme"], "top", nested("mid"))  # 64 x 64 = 4,096
+    assert r.status_code == 422 and "up to 4096 calls" in r.json()["error"] and r.json()["field"] == "policy", r.text
+
+
 def test_rows_whose_cases_answer_other_classes_are_not_put_in_one_tensor(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str]) -> None:
     """One tensor has one list of classes: rows of a model with classes s1..s3 are not labelled
     with iris's (a 92% s1 row read as 92% setosa)."""

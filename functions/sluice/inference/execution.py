@@ -95,6 +95,9 @@ class Call:
     # request's assignment once it ends (`PredictionService.predict`), so feedback for the
     # request reaches every bandit that chose; None outside a request with an id.
     chosen: list[str] | None = None
+    # The references followed to here: bounded as the policy's checks bound them when it is
+    # saved (deployments deep, whatever nodes lie between), so whatever saves, answers.
+    refs: int = 0
 
     @property
     def tenant(self) -> str:
@@ -111,7 +114,7 @@ class Call:
         without its cost per request)."""
         return Call(
             self.deployment, self.deadline, self.routing, self.variant, self.request_id, outputs, checked,
-            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, self.sessions, path, self.chosen,
+            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, self.sessions, path, self.chosen, self.refs,
         )  # fmt: skip
 
     def subject(self, name: str) -> str:
@@ -124,7 +127,7 @@ class Call:
         their branches concurrently with one call)."""
         return Call(
             self.deployment, self.deadline, self.routing, self.variant, self.request_id, self.outputs, self.checked,
-            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, self.sessions, path, self.chosen,
+            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, self.sessions, path, self.chosen, self.refs,
         )  # fmt: skip
 
 
@@ -188,10 +191,12 @@ class PolicyRunner:
         return Answer(signature, result, version)
 
     async def _ref(self, node: Ref, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
-        if depth >= MAX_REF_DEPTH:
+        if call.refs >= MAX_REF_DEPTH:  # a chain a policy's checks refuse (or a cycle two writes made at once)
             raise BackendError("deployment references nest too deep", field="policy")
         node_of = await self.lookups.node_of(call.tenant, node.deployment)
-        return await self.run(node_of, call.under(call.subject(f"@{node.deployment}")), arrays, depth + 1)
+        sub = call.under(call.subject(f"@{node.deployment}"))
+        sub.refs = call.refs + 1
+        return await self.run(node_of, sub, arrays, depth + 1)
 
     async def _shadow(self, node: Shadow, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
         answer = await self.run(node.primary, call, arrays, depth + 1)
