@@ -130,6 +130,31 @@ def test_references_that_save_answer_and_fan_out_is_bounded_when_saved(demo: Con
     assert r.status_code == 422 and "up to 4096 calls" in r.json()["error"] and r.json()["field"] == "policy", r.text
 
 
+def test_a_transform_too_wide_is_refused_when_saved_and_too_many_rows_of_a_wide_one_when_asked(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str]) -> None:
+    """Concats of concats multiply widths: past 65,536 columns a tensor is refused when the
+    policy is saved (four levels of 256 named billions of columns, and a MemoryError answered
+    500); a wide one that saves refuses a request whose rows would make it past 64 million
+    values, before it is made."""
+    demo.models.push(acme, "score1", score_model("s", 1))
+
+    def widening(*times: int) -> dict[str, Any]:
+        ops: list[dict[str, Any]] = [{"op": "concat", "inputs": ["x"] * times[0], "output": "l1"}]
+        ops += [{"op": "concat", "inputs": [f"l{i}"] * k, "output": f"l{i + 1}"} for i, k in enumerate(times[1:], start=1)]
+        ops += [{"op": "select", "input": "x", "columns": [0], "output": "s"}, {"op": "keep", "names": ["s"]}]
+        transform = {"kind": "transform", "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 2]}], "ops": ops}
+        return {"kind": "sequence", "steps": [{"name": "t", "target": transform}, {"name": "score", "target": single("score1", 1)}]}
+
+    for times in ((256, 256), (256, 256, 256, 256)):  # 131,072 columns at ops.1
+        r = _save(client, keys["acme"], "too-wide", widening(*times))
+        assert r.status_code == 422 and "131072 columns, past the 65536" in r.json()["error"] and r.json()["field"] == "policy.steps.0.target.ops.1", r.text
+    assert _save(client, keys["acme"], "wide", widening(256, 128)).status_code == 201  # 2 x 256 x 128 = 65,536 columns
+    for rows, status in ((10, 200), (977, 413)):  # 976 rows of 65,536 is the most under 64 million
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 2], "data": [1.0] * (2 * rows)}]}
+        r = client.post("/v2/models/wide/infer", json=body, headers=auth(keys["acme"]))
+        assert r.status_code == status, r.text
+    assert r.json()["field"].endswith("inputs") and "65536 columns" in r.json()["error"]
+
+
 def test_rows_whose_cases_answer_other_classes_are_not_put_in_one_tensor(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str]) -> None:
     """One tensor has one list of classes: rows of a model with classes s1..s3 are not labelled
     with iris's (a 92% s1 row read as 92% setosa)."""

@@ -62,6 +62,7 @@ def answer_specs(
             continue
         if isinstance(op, Concat):
             parts = [_numeric(_spec(specs, name, f"{where}.inputs.{j}"), f"{where}.inputs.{j}") for j, name in enumerate(op.inputs)]
+            _not_too_wide(sum(_width(p) for p in parts), op.output, where, columns)  # before its columns' names are made
             width, names = 0, []
             for part in parts:
                 width += _width(part)
@@ -70,6 +71,7 @@ def answer_specs(
             continue
         spec = _spec(specs, op.input, f"{where}.input")
         made = _DERIVE[op.op](op, spec, where)
+        _not_too_wide(_width(made) if made.shape[-1:] != (DYNAMIC,) else 1, op.target, where, columns)
         if isinstance(op, Select) and columns is not None:
             names = list(spec.feature_names or ())
             columns[i] = [names.index(c) if isinstance(c, str) else c for c in op.columns]
@@ -79,6 +81,21 @@ def answer_specs(
             specs[op.indices] = TensorSpec(op.indices, "INT64", made.shape)
         specs[op.target] = TensorSpec(op.target, made.datatype, made.shape, role=made.role, feature_names=made.feature_names)
     return tuple(specs.values())
+
+
+MAX_COLUMNS = 65_536  # columns a transform's tensor may have (a feature vector's width)
+MAX_TRANSFORM_ELEMENTS = 64_000_000  # values one tensor a transform makes in a request may hold (256 MB of FP32)
+WIDEST = -1  # `columns[WIDEST]`: [the most columns a tensor the transform makes has], what a request's rows multiply
+
+
+def _not_too_wide(width: int, name: str, where: str, columns: dict[int, list[int]] | None) -> None:
+    """A tensor of `width` columns made by the op at `where`: refused past `MAX_COLUMNS`
+    (a few ops of concat, one of another's output, would otherwise make one of billions);
+    the widest so far kept in `columns`, for a request to bound its rows by."""
+    if width > MAX_COLUMNS:
+        raise Unprocessable(f"'{name}' would have {width} columns, past the {MAX_COLUMNS} a transform's tensor may have", field=where)
+    if columns is not None:
+        columns[WIDEST] = [max(width, *columns.get(WIDEST, [0]))]
 
 
 def _spec(specs: dict[str, TensorSpec], name: str, where: str) -> TensorSpec:

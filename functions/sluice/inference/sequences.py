@@ -24,11 +24,18 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sluice.caching import keep
-from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
+from sluice.domain.errors import (
+    Accepted,
+    BackendError,
+    DeadlineExceeded,
+    PayloadTooLarge,
+    SluiceError,
+    Unavailable,
+)
 from sluice.domain.policy_paths import subject_at
 from sluice.domain.results import Answer, InferenceResult
 from sluice.domain.signature import Signature
-from sluice.domain.transform_specs import derive
+from sluice.domain.transform_specs import MAX_TRANSFORM_ELEMENTS, WIDEST, derive
 from sluice.inference.graphs import input_signature
 from sluice.millis import ms3
 from sluice.routing.transforms import plan_of
@@ -213,8 +220,15 @@ def _transform(
                 specs = tuple(s for s in specs if s.name in keep)
             inputs = node.input_specs() if first else signature.inputs  # type: ignore[union-attr]
             answers = Signature(inputs, specs, signature.metadata if signature else {})
-            prepared = step.keep(key, signature, (plan, answers, keep, plan.finite[checked]))
-        plan, answers, keep, finite = prepared
+            prepared = step.keep(key, signature, (plan, answers, keep, plan.finite[checked], columns.get(WIDEST, [1])[0]))
+        plan, answers, keep, finite, widest = prepared
+        rows = next((len(a) for a in given.values() if a.ndim), 1)
+        if rows * widest > MAX_TRANSFORM_ELEMENTS:  # refused before a tensor of them is made
+            raise PayloadTooLarge(
+                f"this transform makes a tensor of {widest} columns: {rows} rows would be {rows * widest} values, "
+                f"past the {MAX_TRANSFORM_ELEMENTS} one may hold; send fewer rows a request",
+                field="inputs",
+            )
         outputs = plan.run(given)
     except SluiceError as exc:
         raise _named(exc, step.name, []) from None
