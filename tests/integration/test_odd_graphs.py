@@ -155,6 +155,25 @@ def test_a_transform_too_wide_is_refused_when_saved_and_too_many_rows_of_a_wide_
     assert r.json()["field"].endswith("inputs") and "65536 columns" in r.json()["error"]
 
 
+@pytest.mark.parametrize("others", [[0.5], [1.0], [9223372036854775808], [-1e300]])
+def test_a_switch_in_list_of_whole_numbers_tells_ids_past_2_53_apart_whatever_else_it_holds(
+    demo: Container, acme: Principal, client: TestClient, keys: dict[str, str], others: list[Any]
+) -> None:
+    """An `in` list holding a fraction, a float, a number past INT64 or a huge one beside an id
+    past 2**53: each row of an INT64 input is compared as the whole number it is (made floats,
+    2**53 and 2**53 + 1 were one number)."""
+    from tests.models import ratio_model
+
+    for _ in (1, 2):
+        demo.models.push(acme, "ratio", ratio_model())
+    when = {"field": "inputs.x", "op": "in", "value": [9007199254740993, *others]}
+    policy = {"kind": "switch", "cases": [{"name": "vip", "when": when, "target": single("ratio", 1)}], "default": single("ratio", 2)}
+    assert _save(client, keys["acme"], "ids", policy).status_code == 201
+    body = {"inputs": [{"name": "x", "datatype": "INT64", "shape": [3, 1], "data": [2**53, 2**53 + 1, 2**53 + 2]}]}
+    r = client.post("/v2/models/ids/infer", json=body, headers=auth(keys["acme"]))
+    assert r.status_code == 200 and r.json()["parameters"]["case"] == ["default", "vip", "default"], r.text
+
+
 def test_rows_whose_cases_answer_other_classes_are_not_put_in_one_tensor(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str]) -> None:
     """One tensor has one list of classes: rows of a model with classes s1..s3 are not labelled
     with iris's (a 92% s1 row read as 92% setosa)."""

@@ -4,6 +4,7 @@ other rows (one code path for one row and for many)."""
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -227,3 +228,51 @@ def test_a_cast_to_an_integer_refuses_a_value_past_its_range_and_never_wraps(sou
     else:
         assert math.isfinite(held) and info.min <= held <= info.max
         assert out.item() == math.trunc(held)  # a fraction is cut, nothing wraps
+
+
+_WHOLE = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(2**53 - 3, 2**53 + 3), st.integers(-(2**53) - 3, -(2**53) + 3))
+_BOUND = st.one_of(st.integers(-(2**64), 2**64), st.floats(allow_nan=False, allow_infinity=False), st.integers(2**53 - 3, 2**53 + 3).map(float))
+
+
+@given(values=st.lists(_WHOLE, min_size=1, max_size=20), low=st.one_of(st.none(), _BOUND), high=st.one_of(st.none(), _BOUND))
+def test_clip_keeps_whole_numbers_exact_and_within_its_bounds(values: list[int], low: Any, high: Any) -> None:
+    """Python's integers by hand: a value within [min, max] is itself, exactly (as floats, past
+    2^53 it moved); one outside, the nearest whole number inside."""
+    if low is not None and high is not None and low > high:
+        low, high = high, low
+    if low is not None and high is not None and math.ceil(low) > math.floor(high):
+        return  # no whole number between them
+    op = {"op": "clip", "input": "n", "output": "c", **({"min": low} if low is not None else {}), **({"max": high} if high is not None else {})}
+    if low is None and high is None:
+        return
+    out, _ = run([op], {"n": np.asarray(values, np.int64).reshape(-1, 1), "x": np.zeros((len(values), 3), np.float32), "s": np.array(["red"] * len(values), dtype=object)})
+    lo = -(2**63) if low is None else max(-(2**63), min(2**63 - 1, math.ceil(low)))
+    hi = 2**63 - 1 if high is None else max(-(2**63), min(2**63 - 1, math.floor(high)))
+    assert out["c"].dtype == np.int64 and out["c"].reshape(-1).tolist() == [min(max(v, lo), hi) for v in values]
+
+
+@given(values=st.lists(_WHOLE, min_size=1, max_size=20), boundaries=st.lists(_BOUND, min_size=1, max_size=5, unique=True))
+def test_bucketize_counts_the_boundaries_a_whole_number_is_at_or_above_exactly(values: list[int], boundaries: list[Any]) -> None:
+    boundaries = sorted(boundaries, key=float)
+    if any(float(b) <= float(a) for a, b in pairwise(boundaries)):
+        return  # the op takes boundaries that increase as floats
+    op = {"op": "bucketize", "input": "n", "boundaries": boundaries, "output": "b"}
+    try:
+        out, _ = run([op], {"n": np.asarray(values, np.int64).reshape(-1, 1), "x": np.zeros((len(values), 3), np.float32), "s": np.array(["red"] * len(values), dtype=object)})
+    except (InvalidRequest, Unprocessable):
+        return  # a boundary no 64-bit float holds
+    assert out["b"].reshape(-1).tolist() == [sum(1 for b in boundaries if v >= b) for v in values]
+
+
+def test_bucketize_compares_an_fp32_value_in_its_own_type_as_threshold_does() -> None:
+    x = np.array([[0.7, 0.1, 0.2]], dtype=np.float32)
+    ops = [{"op": "select", "input": "x", "columns": [0], "output": "a"}, {"op": "bucketize", "input": "a", "boundaries": [0.7], "output": "b"}, {"op": "threshold", "input": "a", "cutoff": 0.7, "output": "t"}]
+    out, _ = run(ops, {"x": x, "s": np.array(["red"], dtype=object), "n": np.zeros((1, 1), np.int64)})
+    assert out["b"].reshape(-1).tolist() == [1] and out["t"].reshape(-1).tolist() == [True]  # at or above, both
+
+
+def test_hash_tells_text_from_the_same_text_with_nuls_after_it() -> None:
+    words = np.array(["a", "a\x00", "a\x00\x00", "b"], dtype=object)
+    out, _ = run([{"op": "hash", "input": "s", "buckets": 1000003, "output": "h"}], {"s": words, "x": np.zeros((4, 3), np.float32), "n": np.zeros((4, 1), np.int64)})
+    got = out["h"].reshape(-1).tolist()
+    assert got == [stable_bucket(w, 1000003) for w in words] and len(set(got)) == 4

@@ -186,6 +186,9 @@ def _options(fits: list[Any], dtype: np.dtype, text: bool) -> np.ndarray:
     type can hold (beyond its range: 1e39 for FP32, an integer of 400 digits for any) is left out."""
     if text:
         return np.array(fits, dtype=object)
+    if dtype.kind in "iu":  # as whole numbers of the row's type: a fraction, or one past its range, no row equals
+        info = np.iinfo(dtype)
+        return np.array([int(v) for v in fits if not isinstance(v, float) or v.is_integer() if info.min <= int(v) <= info.max], dtype=dtype)
     if dtype.kind != "f":
         return np.array(fits)
     most = float(np.finfo(dtype).max)

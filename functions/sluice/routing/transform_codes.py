@@ -57,7 +57,9 @@ def distinct(x: np.ndarray) -> tuple[list[Any], np.ndarray]:
     flat = x.reshape(-1)
     if flat.dtype == object:
         flat = np.array([text_of(v) for v in flat], dtype=object) if flat.size else flat
-        values, inverse = np.unique(flat.astype(str), return_inverse=True)
+        # As Python's str, compared whole: NumPy's fixed-width text (`astype(str)`) drops
+        # trailing NULs, and "a\0" would be "a".
+        values, inverse = np.unique(flat, return_inverse=True)
     else:
         values, inverse = np.unique(flat, return_inverse=True)
     return values.tolist(), inverse.reshape(-1)

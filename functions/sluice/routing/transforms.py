@@ -22,6 +22,7 @@ a model's answer).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -232,12 +233,41 @@ def _cast(op: Any, _: Any) -> Step:
 
 def _clip_alone(op: Any, _: Any) -> Step:
     low, high = op.min, op.max
-    return _one_in(op, lambda x: np.clip(x, low, high).astype(x.dtype, copy=False))  # an integer input stays one
+
+    def clip(x: np.ndarray) -> np.ndarray:
+        if x.dtype.kind not in "iu":
+            return np.clip(x, low, high)
+        # An integer input stays one, compared and bounded as integers (as floats, past 2^53 its
+        # values would move): to the least and the most whole number within [min, max].
+        return np.clip(x, *_whole_bounds(low, high, x.dtype))
+
+    return _one_in(op, clip)
+
+
+def _whole_bounds(low: float | None, high: float | None, dtype: np.dtype) -> tuple[int | None, int | None]:
+    info = np.iinfo(dtype)
+    lo = None if low is None else min(max(math.ceil(low), info.min), info.max) if math.isfinite(low) else (info.min if low < 0 else info.max)
+    hi = None if high is None else min(max(math.floor(high), info.min), info.max) if math.isfinite(high) else (info.max if high > 0 else info.min)
+    return lo, hi
 
 
 def _bucketize(op: Any, _: Any) -> Step:
-    boundaries = np.asarray(op.boundaries, dtype=np.float64)
-    return _one_in(op, lambda x: np.searchsorted(boundaries, x, side="right").astype(np.int64, copy=False))
+    given = list(op.boundaries)
+
+    def bucketize(x: np.ndarray) -> np.ndarray:
+        # In the input's own type, as `threshold` compares: an integer is at or above a boundary
+        # where it is at or above the least whole number at or above it (as floats, past 2^53
+        # neighbours would tie); an FP32 value sent as 0.7 is at a boundary of 0.7.
+        if x.dtype.kind in "iu":
+            info = np.iinfo(x.dtype)
+            whole = [math.ceil(b) if math.isfinite(b) else (info.min if b < 0 else info.max + 1) for b in given]
+            always = sum(1 for w in whole if w <= info.min)  # at or below every value: counted for every row
+            inside = np.asarray([w for w in whole if info.min < w <= info.max], dtype=x.dtype)  # past the most: never
+            return (always + np.searchsorted(inside, x, side="right")).astype(np.int64, copy=False)
+        boundaries = np.asarray(given, dtype=x.dtype if x.dtype.kind == "f" else np.float64)
+        return np.searchsorted(boundaries, x, side="right").astype(np.int64, copy=False)
+
+    return _one_in(op, bucketize)
 
 
 def _is_text(op: Any) -> bool:
