@@ -96,22 +96,20 @@ class Publishing:
                 self._described = True
         return list(zip(entities.tolist(), encode_rows(answer.result.outputs, rows), strict=True))
 
-    def write(self, rows: list[tuple[str, bytes]], numbers: np.ndarray | None = None) -> None:
-        """Write one piece's rows; `numbers`: their rows in the input, for `keys`."""
+    def write(self, rows: list[tuple[str, bytes]], numbers: list[np.ndarray]) -> None:
+        """Write one piece's rows; `numbers`: their rows in the input, in the same order, for `keys`."""
         if not rows:
             return
-        if numbers is not None:
-            kept = np.empty(len(rows), dtype=KEYS)
-            kept["key"] = key_digests([entity for entity, _ in rows])
-            kept["row"] = numbers
-            self._keys.append(kept)
+        kept = np.empty(len(rows), dtype=KEYS)
+        kept["key"] = key_digests([entity for entity, _ in rows])
+        kept["row"] = np.concatenate(numbers)
+        self._keys.append(kept)
         at = time.time()
         t, spec = self.target, self.spec
         self.store.put_answers(spec.tenant, t.table, spec.job_id, rows, computed_at=at, expires_at=at + t.ttl_s)
         if self.described is not None:
             self.store.describe(spec.tenant, t.table, self.described, expires_at=at + t.ttl_s)
             self.described = None  # once a chunk
-
 
     def keys(self) -> bytes | None:
         """The chunk's published rows as Finalize reads them (`repeated_keys`): each key's
@@ -184,21 +182,20 @@ def drop_keys(files: FileStore, job: BatchJob, chunks: Sequence[ChunkResult]) ->
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    """A job's answers served by its table, in place of `replaced` (None: nothing was); or,
-    not `served`, kept below those of a job made after it that published first, to be put back
+    """A job's answers published into its table: served in place of `replaced` (None: nothing
+    was), or kept below those of a job made after it that published first, to be put back
     should that one be withdrawn."""
 
     table: str
     generation: str
     replaced: Publication | None
-    served: bool = True
 
 
 def publish_job(store: PrecomputedStore | None, job: BatchJob) -> Published | None:
     """Point the job's table at its answers (at its success). None when the job published
-    nothing (no row was scored); not `served` where the table serves the answers of a job made
-    after this one (`Superseded`: those stay, this job's are what their withdrawal would put
-    back, and this job still succeeds; logged)."""
+    nothing (no row was scored). Where the table serves the answers of a job made after this one
+    (`Superseded`: those stay, this job's are what their withdrawal would put back, and this job
+    still succeeds; logged), what it replaced is nothing."""
     target = job.publish
     if target is None or store is None:
         return None
@@ -217,7 +214,7 @@ def publish_job(store: PrecomputedStore | None, job: BatchJob) -> Published | No
             "batch job's answers not published: a job made after it published first",
             extra={"job": job.id, "table": target.table, "served": later.current.job},
         )
-        return Published(target.table, job.id, None, served=False)
+        return Published(target.table, job.id, None)
     return Published(target.table, job.id, replaced)
 
 
@@ -227,7 +224,7 @@ def retire_replaced(store: PrecomputedStore, job: BatchJob, published: Published
     job's publication stands (served, or kept below a later job's)."""
     if published.replaced is not None:
         store.retire(job.tenant, published.table, published.replaced.generation)
-        store.settle(job.tenant, published.table, job.id)
+    store.settle(job.tenant, published.table, job.id)  # marks its publication succeeded, even one that replaced nothing
 
 
 def withdraw_job(store: PrecomputedStore | None, job: BatchJob) -> None:

@@ -229,7 +229,7 @@ class BatchRunner:
         problems_found = problems(job, chunks) + not_as_written(self.files, job, chunks)
         if not problems_found:  # a key on two rows: no table can say which row's answer is the entity's
             problems_found = repeated_keys(self.files, job, chunks)
-            drop_keys(self.files, job, chunks)
+        drop_keys(self.files, job, chunks)  # read, or not needed: the job fails
         written = self._manifest(job, chunks, "FAILED" if problems_found else "SUCCEEDED", "; ".join(problems_found) or None)
         self.files.write_bytes(join(job.output_uri, MANIFEST), written, content_type="application/json")
         if problems_found:

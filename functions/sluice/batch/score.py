@@ -352,7 +352,7 @@ def _finish_piece(
             else:
                 versions.update(ref)
     if publishing is not None:  # before the piece counts as done: a failed write fails the chunk, retried whole
-        publishing.write(published, np.concatenate(numbers) if numbers else np.empty(0, np.int64))
+        publishing.write(published, numbers)
     bad = np.flatnonzero(~np.equal(reasons, None))
     if len(bad):
         table, numbers = scoring.piece.table, scoring.piece.rows

@@ -155,4 +155,3 @@ class Capturer:
 
     def counts(self) -> dict[str, int]:
         return {"sampled": self.sampled, "written": self.written, "dropped": self.dropped, "failed": self.failed, "queued": self._queue.qsize()}
-

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.domain import Principal
 from sluice.domain.errors import Conflict, SluiceError
 from sluice.domain.rollouts import CANDIDATE, QUALITY, Decision, Rollout, endpoint_weights, evaluate
-from sluice.services.rollout_alarms import foreign_alarms, tenants_alarms
+from sluice.services.rollout_alarms import foreign_alarms
 from sluice.stats.verdicts import gate_metrics
 
 if TYPE_CHECKING:
@@ -40,8 +40,7 @@ class RolloutController:
     def _own(self, tenant: str, names: tuple[str, ...]) -> list[str]:
         """The rollout's alarms that are its tenant's, read now (`foreign_alarms`); another's,
         saved before the rule held, is never read (logged)."""
-        registry = self.service.registry
-        foreign = foreign_alarms(tenant, names, lambda: tenants_alarms(tenant, (d.name for d in registry.list_deployments(tenant))))
+        foreign = foreign_alarms(self.service.registry, tenant, names)
         if foreign:
             log.warning("rollout alarms not the tenant's are not read", extra={"tenant": tenant, "alarms": foreign})
         return [name for name in names if name not in foreign]

@@ -44,7 +44,7 @@ from sluice.domain.rollouts import (
 )
 from sluice.domain.values import parse_model_version
 from sluice.services.models import require_found
-from sluice.services.rollout_alarms import foreign_alarms, tenants_alarms
+from sluice.services.rollout_alarms import foreign_alarms
 from sluice.services.rollout_controller import RolloutController
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class RolloutService:
 
     def own_alarms(self, tenant: str, names: tuple[str, ...]) -> tuple[str, ...]:
         """`names`, each of them `tenant`'s (`foreign_alarms`); else a 422 naming one."""
-        foreign = foreign_alarms(tenant, names, lambda: tenants_alarms(tenant, (d.name for d in self.registry.list_deployments(tenant))))
+        foreign = foreign_alarms(self.registry, tenant, names)
         if foreign:
             raise Unprocessable(
                 f"alarm {foreign[0]!r} is not one of tenant {tenant!r}'s: name an alarm '{tenant}/…', "

@@ -311,16 +311,10 @@ def test_a_tenant_cannot_be_reached_through_another_tenants_binding(aws: None, b
     assert _drain(sqs, url) == []
 
 
-def test_a_record_the_destination_refuses_is_retried_with_the_later_records_of_its_shard(aws: None, bind: Bind, monkeypatch: pytest.MonkeyPatch) -> None:
-    """PutRecords refuses tx-1 once (throttling, as it answers per record): tx-1 and the records
-    after it on the shard are retried, so after Lambda delivers them again the last copy of
-    each record stands in the shard's order."""
-    from sluice.handlers import stream
-    from sluice.stream.sinks import KinesisSink
-
-    kinesis = boto3.client("kinesis", region_name=REGION)
-    kinesis.create_stream(StreamName="scores", ShardCount=1)
-    refuse = {"tx-1"}
+def _throttled_once(kinesis: Any, refused: str) -> Any:
+    """A Kinesis client whose PutRecords refuses the record of id `refused` once (throttling,
+    as it answers per record) and writes the others to moto."""
+    refuse = {refused}
 
     class Throttled:
         def put_records(self, Records: list[dict[str, Any]], **target: Any) -> dict[str, Any]:
@@ -330,8 +324,21 @@ def test_a_record_the_destination_refuses_is_retried_with_the_later_records_of_i
             refuse.clear()
             return {"FailedRecordCount": sum("ErrorCode" in a for a in out), "Records": out}
 
+    return Throttled()
+
+
+def test_a_record_the_destination_refuses_is_retried_with_the_later_records_of_its_shard(aws: None, bind: Bind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PutRecords refuses tx-1 once (throttling, as it answers per record): tx-1 and the records
+    after it on the shard are retried, so after Lambda delivers them again the last copy of
+    each record stands in the shard's order."""
+    from sluice.handlers import stream
+    from sluice.stream.sinks import KinesisSink
+
+    kinesis = boto3.client("kinesis", region_name=REGION)
+    kinesis.create_stream(StreamName="scores", ShardCount=1)
     handle = bind({"kind": "kinesis", "target": "scores"})
-    monkeypatch.setattr(stream, "sink_for", lambda binding: KinesisSink(Throttled(), "scores"))
+    throttled = _throttled_once(kinesis, "tx-1")  # one for every call: it refuses once
+    monkeypatch.setattr(stream, "sink_for", lambda binding: KinesisSink(throttled, "scores"))
     event = kinesis_event(rows(4))
     failed = [f["itemIdentifier"] for f in handle(event)["batchItemFailures"]]
     assert failed == [r["kinesis"]["sequenceNumber"] for r in event["Records"][1:]]  # tx-1 and every record after it
@@ -413,19 +420,10 @@ def test_a_record_retried_is_captured_once_when_it_is_answered_for_good(
 
     kinesis = boto3.client("kinesis", region_name=REGION)
     kinesis.create_stream(StreamName="captured", ShardCount=1)
-    refuse = {"tx-1"}
-
-    class Throttled:
-        def put_records(self, Records: list[dict[str, Any]], **target: Any) -> dict[str, Any]:
-            kept = [r for r in Records if json.loads(r["Data"])["id"] not in refuse]
-            answers = iter(kinesis.put_records(Records=kept, **target)["Records"] if kept else [])
-            out = [{"ErrorCode": "ProvisionedThroughputExceededException"} if json.loads(r["Data"])["id"] in refuse else next(answers) for r in Records]
-            refuse.clear()
-            return {"FailedRecordCount": sum("ErrorCode" in a for a in out), "Records": out}
-
     demo.deployments.update(acme, "iris", None, capture={"sample_percent": 100})
     handle = bind({"kind": "kinesis", "target": "captured"})
-    monkeypatch.setattr(stream, "sink_for", lambda binding: KinesisSink(Throttled(), "captured"))
+    throttled = _throttled_once(kinesis, "tx-1")  # one for every call: it refuses once
+    monkeypatch.setattr(stream, "sink_for", lambda binding: KinesisSink(throttled, "captured"))
     event = kinesis_event(rows(4))
     assert len(handle(event)["batchItemFailures"]) == 3
     assert sorted(r["request_id"] for r in _captured(demo)) == ["tx-0"]  # the others wait for their delivery again

@@ -75,11 +75,7 @@ class Publication:
         of this one (or of any above it) puts back, rather than an older job's answers, or none.
         None where the chain holds it already (its Finalize tried again) or it would fall past
         the chain's depth, or this one's job succeeded (it will never be withdrawn)."""
-        chain: list[Publication] = []
-        node = self.replaced
-        while node is not None:
-            chain.append(node)
-            node = node.replaced
+        chain = self.chain()
         if self.succeeded or earlier.generation == self.generation or any(p.generation == earlier.generation for p in chain):
             return None
         at = next((i for i, p in enumerate(chain) if p.order < earlier.order), len(chain))
@@ -95,11 +91,11 @@ class Publication:
                 return stood
         return None
 
-    def generations(self) -> list[str]:
-        """The generations of its chain, below it, newest first."""
+    def chain(self) -> list[Publication]:
+        """The publications below it (what it would put back, and what that one would), newest first."""
         out, node = [], self.replaced
         while node is not None:
-            out.append(node.generation)
+            out.append(node)
             node = node.replaced
         return out
 

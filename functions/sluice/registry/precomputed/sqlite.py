@@ -23,7 +23,7 @@ from sluice.registry.sqlite.connection import thread_connection
 from sluice.registry.sqlite.faults import STORAGE
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
 RETIRED_KEPT_S = 60.0  # how long a replaced generation's answers outlive its replacement (`retire`)
 
@@ -131,7 +131,7 @@ class SqlitePrecomputed:
                 kept = before.admitting(replace(publication, expires_at=expires_at))  # type: ignore[union-attr]
                 if kept is not None:
                     conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, kept.to_json(), row[1]))
-                elif publication.generation not in (before.generation, *before.generations()):  # type: ignore[union-attr]
+                elif publication.generation not in {p.generation for p in (before, *before.chain())}:  # type: ignore[union-attr]
                     # never to be served (the later one succeeded): its answers go now
                     conn.execute("DELETE FROM answers WHERE tenant = ? AND tbl = ? AND generation = ?", (tenant, table, publication.generation))
             else:
@@ -166,25 +166,21 @@ class SqlitePrecomputed:
         read the publication before the new one stood keeps serving them that long (at most
         `precomputed_publication_ttl_s`), rather than finding none and answering live; the next
         publication of any table removes them, as every expired row."""
-        at = (time.time() if now is None else now) + RETIRED_KEPT_S
         with self._immediate() as conn:
             row = conn.execute("SELECT doc FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
             if row is not None and Publication.from_json(row[0]).generation == generation:
                 return  # served again (put back meanwhile): kept
-            conn.execute("UPDATE answers SET expires_at = min(expires_at, ?) WHERE tenant = ? AND tbl = ? AND generation = ?", (at, tenant, table, generation))
+            _expire(conn, tenant, table, [generation], now)
 
     def settle(self, tenant: str, table: str, generation: str, *, now: float | None = None) -> None:
-        at = (time.time() if now is None else now) + RETIRED_KEPT_S
         with self._immediate() as conn:
             row = conn.execute("SELECT doc, expires_at FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
             current = Publication.from_json(row[0]) if row else None
             kept = current.settled(generation) if current is not None else None
             if kept is not None:
                 conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, kept.to_json(), row[1]))
-                for gone in set(current.generations()) - set(kept.generations()) - {kept.generation}:  # type: ignore[union-attr]
-                    conn.execute(
-                        "UPDATE answers SET expires_at = min(expires_at, ?) WHERE tenant = ? AND tbl = ? AND generation = ?", (at, tenant, table, gone)
-                    )
+                forgotten = {p.generation for p in current.chain()} - {p.generation for p in (kept, *kept.chain())}  # type: ignore[union-attr]
+                _expire(conn, tenant, table, forgotten, now)  # never to be put back: retired
 
     @contextlib.contextmanager
     def _immediate(self) -> Iterator[sqlite3.Connection]:
@@ -197,3 +193,11 @@ class SqlitePrecomputed:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+
+def _expire(conn: sqlite3.Connection, tenant: str, table: str, generations: Iterable[str], now: float | None) -> None:
+    """These generations' answers expire `RETIRED_KEPT_S` from `now` (`retire`)."""
+    at = (time.time() if now is None else now) + RETIRED_KEPT_S
+    conn.executemany(
+        "UPDATE answers SET expires_at = min(expires_at, ?) WHERE tenant = ? AND tbl = ? AND generation = ?", [(at, tenant, table, g) for g in generations]
+    )
