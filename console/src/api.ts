@@ -28,6 +28,30 @@ export function setKey(value: string | null): void {
   else sessionStorage.removeItem(STORE);
 }
 
+/** What a call answers once its page was left (signed out, another page or key drawn) while it was
+ * under way: the answer is for a page no longer shown, and is never drawn or acted on. */
+export class Stale extends Error {
+  constructor() {
+    super("the page this answer was for was left");
+    this.name = "Stale";
+  }
+}
+
+// Every call belongs to the page shown when it was made; `abandon` (a page left) ends them all:
+// a read under way is cancelled, and any call's `await` then throws `Stale`, so nothing that
+// follows it in the page (drawing, a poller started) runs for a page no longer shown.
+let page = new AbortController();
+
+export function abandon(): void {
+  page.abort();
+  page = new AbortController();
+}
+
+/** The signal of the page now shown: aborted when it is left. */
+export function shown(): AbortSignal {
+  return page.signal;
+}
+
 let onUnauthenticated: (() => void) | null = null;
 export function whenUnauthenticated(fn: () => void): void {
   onUnauthenticated = fn;
@@ -41,15 +65,27 @@ export async function call<T = unknown>(method: string, path: string, body?: unk
   const headers: Record<string, string> = { accept: "application/json" };
   if (secret) headers.authorization = `Bearer ${secret}`;
   if (body !== undefined) headers["content-type"] = "application/json";
-  const response = await fetch(ROOT + path, {
-    method,
-    headers,
-    body: body === undefined ? undefined : JSON.stringify(body),
-    cache: "no-store",
-    credentials: "omit",
-    referrerPolicy: "no-referrer",
-  });
-  const text = await response.text();
+  const signal = page.signal;
+  let response: Response;
+  let text: string;
+  try {
+    response = await fetch(ROOT + path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      cache: "no-store",
+      credentials: "omit",
+      referrerPolicy: "no-referrer",
+      // A read is cancelled with its page; a change, once sent, is left to finish (the server
+      // may have made it): only its answer is dropped.
+      signal: method === "GET" ? signal : undefined,
+    });
+    text = await response.text();
+  } catch (error) {
+    if (signal.aborted) throw new Stale();
+    throw error;
+  }
+  if (signal.aborted) throw new Stale();
   let data: any = null;
   try {
     data = text ? JSON.parse(text) : null;

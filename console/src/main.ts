@@ -1,7 +1,7 @@
 // The console: sign in with an API key, then pages over the /api/v1 routes of that key's tenant.
 import "uplot/dist/uPlot.min.css";
 import "./style.css";
-import { ApiError, call, describe, key, type Session, setKey, whenUnauthenticated } from "./api";
+import { abandon, ApiError, call, describe, key, type Session, setKey, shown, Stale, whenUnauthenticated } from "./api";
 import { h, mount } from "./dom";
 import { batchPage } from "./pages/batch";
 import { deploymentPage, deploymentsPage } from "./pages/deployments";
@@ -13,7 +13,7 @@ export interface Context {
   session: Session;
   admin: boolean;
   main: HTMLElement;
-  /** Called when the page is left: pollers stop. */
+  /** Called when the page is left: pollers stop (at once, if it was left already). */
   onLeave(fn: () => void): void;
 }
 
@@ -22,6 +22,7 @@ let session: Session | null = null;
 let leaving: (() => void)[] = [];
 
 function leave(): void {
+  abandon(); // what the page still awaits is dropped (Stale), whoever shows next
   for (const fn of leaving) fn();
   leaving = [];
 }
@@ -81,7 +82,7 @@ async function render(): Promise<void> {
     try {
       session = await call<Session>("GET", "/api/v1/session");
     } catch (error) {
-      if (!(error instanceof ApiError && error.status === 401)) banner(describe(error));
+      if (!(error instanceof Stale || (error instanceof ApiError && error.status === 401))) banner(describe(error));
       return;
     }
   }
@@ -90,11 +91,12 @@ async function render(): Promise<void> {
   who.textContent = `tenant ${session.tenant} · ${session.scopes.join(", ")}`;
   const { page, arg } = route(location.hash) ?? { page: "", arg: null }; // an undecodable link names no page
   for (const link of nav.querySelectorAll("a")) link.classList.toggle("active", link.dataset.page === page);
+  const drawn = shown();
   const context: Context = {
     session,
     admin: session.scopes.includes("admin"),
     main,
-    onLeave: (fn) => leaving.push(fn),
+    onLeave: (fn) => (drawn.aborted ? fn() : leaving.push(fn)),
   };
   mount(main, h("p", { class: "muted" }, "Loading…"));
   try {
@@ -105,7 +107,7 @@ async function render(): Promise<void> {
     else if (page === "models") await modelsPage(context);
     else mount(main, h("p", {}, "No such page."));
   } catch (error) {
-    mount(main, h("p", { class: "error", id: "page-error" }, describe(error)));
+    if (!(error instanceof Stale)) mount(main, h("p", { class: "error", id: "page-error" }, describe(error)));
   }
 }
 

@@ -1,5 +1,5 @@
 // What every page shares: the banner, the confirmation dialog, polite polling.
-import { describe } from "./api";
+import { describe, Stale } from "./api";
 import { h } from "./dom";
 
 export function banner(message: string | null, kind: "error" | "ok" = "error"): void {
@@ -10,7 +10,7 @@ export function banner(message: string | null, kind: "error" | "ok" = "error"): 
 }
 
 export function fail(error: unknown): void {
-  banner(describe(error));
+  if (!(error instanceof Stale)) banner(describe(error));
 }
 
 /** Asks before any action: resolves true only when the user confirms. */

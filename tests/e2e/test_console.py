@@ -644,6 +644,58 @@ def test_another_tenants_key_sees_none_of_it(browser: Any, service: Service) -> 
         tab.context.close()
 
 
+def test_an_answer_that_arrives_after_sign_out_is_never_drawn(browser: Any, service: Service) -> None:
+    """A slow answer (a cold function, a slow link) for a page left meanwhile: signed out, or
+    signed in again with another tenant's key. It was drawn when it came: the first tenant's
+    deployments over the sign-in form, or under the second tenant's name."""
+    other = _operator_key(service.home, "globex", "admin,predict")
+    tab = Tab(browser, service.base)
+    held: list[Any] = []
+
+    def hold_the_first_tenants(route: Any) -> None:  # its list of deployments, until released
+        if route.request.headers.get("authorization") == f"Bearer {service.admin}":
+            held.append(route)
+        else:
+            route.continue_()
+
+    def release() -> None:
+        for route in held:
+            try:
+                route.continue_()
+            except Exception:  # the page cancelled the read: nothing is left to answer
+                pass
+        held.clear()
+        tab.page.wait_for_timeout(500)
+
+    try:
+        tab.page.route(re.compile(r".*/api/v1/deployments$"), hold_the_first_tenants)
+        for then in ("signed out", "another tenant"):
+            tab.sign_in(service.admin)
+            tab.go("/models", "#models-table")
+            tab.page.evaluate("location.hash = '#/deployments'")
+            tab.page.wait_for_function("document.querySelector('main p.muted')?.textContent === 'Loading…'")
+            while not held:
+                tab.page.wait_for_timeout(50)
+            tab.page.click("#signout")
+            tab.page.wait_for_selector("#signin")
+            if then == "another tenant":
+                tab.page.fill("#key", other)
+                tab.page.click("#signin button[type=submit]")
+                tab.page.wait_for_selector("#empty")
+            release()
+            assert tab.page.locator("[data-deployment]").count() == 0, then
+            if then == "signed out":
+                assert tab.page.locator("#signin").count() == 1 and tab.page.inner_text("#who") == ""
+                assert tab.page.inner_text("#banner") == ""
+            else:
+                assert tab.page.inner_text("#who") == "tenant globex · admin, predict"
+                assert tab.page.locator("#empty").count() == 1
+                tab.page.click("#signout")
+                tab.page.wait_for_selector("#signin")
+    finally:
+        tab.context.close()
+
+
 def test_no_key_in_any_url_and_no_policy_violation(admin_tab: Tab, service: Service) -> None:
     """Over every page the stories above opened, and these (all there is when run alone)."""
     for hash, selector in (("/deployments", "#deployments"), ("/models", "#models-table"), ("/batch", "#no-jobs, #jobs-table")):
