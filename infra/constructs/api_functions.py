@@ -338,7 +338,7 @@ class ApiFunction:
             fn,
             wildcard_resource(scope, schedules),
             "Batch schedules are created at run time, one per tenant schedule, named "
-            "<tenant>.<name>; only schedules in sluice's own schedule group.",
+            "after the tenant and schedule and a digest of the two; only schedules in sluice's own schedule group.",
         )
         # Cancelling a job stops its execution, which is named after the job id; reading a
         # job describes it, to find one that ended without MarkFailed (timed out, stopped).

@@ -58,6 +58,7 @@ RECENT_RUNS = 20
 class ScheduleTimer(Protocol):
     """Who keeps a schedule's time, where it is not this process (EventBridge Scheduler)."""
 
+    def check(self, schedule: Schedule) -> None: ...  # refuses, naming the field, what it cannot keep
     def put(self, schedule: Schedule) -> None: ...
     def delete(self, schedule: Schedule) -> None: ...
 
@@ -127,10 +128,6 @@ class ScheduleService:
         if not operator or self.timer is not None:  # on AWS the state machine confines every run
             self.batch.input_location(principal.tenant, sample)
         self.registry.get_deployment(principal.tenant, deployment)  # NotFound across tenants
-        if self.timer is not None:
-            from sluice.domain.schedules import aws_expression
-
-            aws_expression(expression)  # refuses what EventBridge cannot express, naming the field
         schedule = Schedule(
             tenant=principal.tenant, name=name, deployment=deployment, input_uri=input_uri,
             expression=expression, timezone=timezone, overlap=overlap,  # type: ignore[arg-type]
@@ -139,6 +136,8 @@ class ScheduleService:
             state=state, operator=operator, created_at=self.clock(),  # type: ignore[arg-type]
             created_by=principal.subject, catalog=target, publish=published, made_at=now(),
         )  # fmt: skip
+        if self.timer is not None:
+            self.timer.check(schedule)  # what it cannot take, refused before anything is written
         self.registry.create_schedule(schedule)
         if self.timer is not None:
             try:
