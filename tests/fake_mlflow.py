@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -101,6 +102,7 @@ class Registry:
         self.tags: list[dict[str, Any]] = []
         self.fail_with: tuple[int, dict[str, Any]] | None = None
         self.artifact_uris: dict[int, str] = {}  # where a version's artifacts are, if not the artifact proxy
+        self.drip_s = 0.0  # > 0: each answer sent a byte at a time over that many seconds
 
     def model_version(self, number: int) -> dict[str, Any]:
         return {
@@ -116,7 +118,8 @@ class Registry:
         if path == f"{API}/registered-models/alias" and query.get("name") == "moving":
             if query.get("alias") in self.aliases:
                 return 200, {"model_version": self.model_version(self.aliases[query["alias"]])}
-            return 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": f"Registered model alias {query.get('alias')} not found."}
+            # What MLflow 2 and 3 answer for an alias that is not there: a 400, not a 404.
+            return 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": f"Registered model alias {query.get('alias')} not found."}
         if path == f"{API}/model-versions/search":
             assert query == {"filter": "name = 'moving'", "max_results": "1", "order_by": "version_number DESC"}
             return 200, {"model_versions": [self.model_version(max(self.versions))]}
@@ -159,7 +162,13 @@ def serving(registry: Registry, *, authorization: str | None = None) -> Iterator
             self.send_response(status)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if not registry.drip_s:
+                self.wfile.write(data)
+                return
+            for i in range(len(data)):
+                self.wfile.write(data[i : i + 1])
+                self.wfile.flush()
+                time.sleep(registry.drip_s / len(data))
 
         do_GET = do_POST = _serve
 

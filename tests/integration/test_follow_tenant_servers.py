@@ -86,6 +86,7 @@ REFUSED = (
     "http://127.0.0.1:5000", "http://localhost:8100", "http://169.254.169.254", "http://[::1]:5000",
     "https://mlflow.example.com.evil.net", "https://mlflow.example.com:8443", "http://mlflow.example.com:80@evil.net",
     "https://evil.net/mlflow.example.com", "ftp://mlflow.example.com", "HTTPS://MLFLOW.EXAMPLE.COM:444",
+    "https://[::1", "https://[mlflow.example.com]", "http://mlflow.example.com:99999", "https://mlflow.example.com:x",
 )  # fmt: skip
 NOT_ADMITTED = st.one_of(
     st.sampled_from(REFUSED),

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sluice.domain.errors import Conflict, SluiceError
+from sluice.domain.errors import BackendError, Conflict, SluiceError
 from sluice.domain.follows import NOTES, FollowEvent, PackageStateChange, group_watch
 from sluice.polling import Poller
 from sluice.services.follows import BindingChanged, acting_for
@@ -139,11 +139,25 @@ class Follower:
                 follow, done[name] = self._decided(tenant, deployment, self._look, then=NEXT_POLL)
                 if follow.error is not None:
                     self.follows.note_error(tenant, deployment, None)
-            except SluiceError as exc:  # MLflow not reachable, the binding gone meanwhile: the next poll tries again
-                logger.warning("follow binding %s: %s", name, exc.message)
-                self.follows.note_error(tenant, deployment, exc)
-                done[name] = f"error: {exc.message}"
+            except Exception as exc:  # MLflow not reachable, the binding gone meanwhile: the next poll tries again
+                done[name] = self._failed(tenant, deployment, exc)
         return done
+
+    def _failed(self, tenant: str, deployment: str, exc: Exception) -> str:
+        """A binding's look that failed, kept on it; whatever failed, the look goes on to the
+        other bindings (a server's answer nobody foresaw, `{}` for a version, stopped every
+        tenant's poll behind it)."""
+        name = f"{tenant}/{deployment}"
+        if not isinstance(exc, SluiceError):
+            logger.exception("follow binding %s: %s", name, type(exc).__name__)
+            exc = BackendError(f"the source answered what sluice could not read ({type(exc).__name__}); the next look tries again", poll_error="server_error")
+        else:
+            logger.warning("follow binding %s: %s", name, exc.message)
+        try:
+            self.follows.note_error(tenant, deployment, exc)
+        except Exception:
+            logger.exception("follow binding %s: its error could not be kept", name)
+        return f"error: {exc.message}"
 
     def _look(self, follow: Follow) -> str:
         if follow.registry == "mlflow":
@@ -172,10 +186,8 @@ class Follower:
             name = f"{tenant}/{deployment}"
             try:
                 done[name] = self._decided(tenant, deployment, lambda follow: self._package(follow, change), then=DELIVERED_AGAIN)[1]
-            except SluiceError as exc:  # the group not admitted for its tenant, the binding gone meanwhile
-                logger.warning("follow binding %s: %s", name, exc.message)
-                self.follows.note_error(tenant, deployment, exc)
-                done[name] = f"error: {exc.message}"
+            except Exception as exc:  # the group not admitted for its tenant, the binding gone meanwhile
+                done[name] = self._failed(tenant, deployment, exc)
                 contended = contended or isinstance(exc, Contended)
         if contended:  # a success is never delivered again: this approval would be lost
             raise DeliverAgain(done)
@@ -313,6 +325,9 @@ class Follower:
                     pulled = pull(Path(tmp))
             except SluiceError as exc:
                 return refused(exc)
+            except Exception as exc:  # an answer nobody foresaw: recorded, so the claim ends
+                logger.exception("follow binding %s/%s: pulling version %s", *where, version)
+                return note("conversion_failed", f"version {version} could not be read from its source ({type(exc).__name__})")
             try:
                 number = self.models.push(
                     acting_for(follow), follow.model, pulled.data, feature_names=pulled.feature_names, source=pulled.source,

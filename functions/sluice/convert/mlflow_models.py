@@ -239,9 +239,15 @@ _POLL_ERRORS = {
 }  # fmt: skip
 
 
+def names_nothing(code: str, said: str) -> bool:
+    """MLflow's answer for a model, version or alias that is not there: RESOURCE_DOES_NOT_EXIST,
+    or (an alias, in MLflow 2 and 3) INVALID_PARAMETER_VALUE "Registered model alias x not found"."""
+    return code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND", "INVALID_PARAMETER_VALUE") and "not" in said.lower()
+
+
 def _refusal(exc: Any, uri: str, shown: str) -> SluiceError:
     code = getattr(exc, "error_code", "")
-    if code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND", "INVALID_PARAMETER_VALUE") and "not" in _said(exc).lower():
+    if names_nothing(code, _said(exc)):
         return NotFound(f"{uri} was not found in MLflow at {shown}: {_said(exc)}", field="file")
     kind = {"poll_error": _POLL_ERRORS[code]} if code in _POLL_ERRORS else {}
     return BadRequest(f"MLflow at {shown} refused {uri}: {_said(exc)}", field="file", **kind)

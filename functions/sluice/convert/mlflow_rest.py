@@ -24,6 +24,7 @@ and port, `sluice.domain.origins`); no redirect is followed, so the credentials 
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
@@ -208,9 +209,25 @@ class _Calls:
         if self.credentials is not None:
             request.add_unredirected_header("Authorization", self.credentials.authorization())
         shown = f"MLflow at {self.server.url()}"
+        # The timeout bounds each wait for bytes; the deadline the whole answer, which a server
+        # sending a byte a little faster than the timeout would otherwise hold without end (the
+        # poll looks at every tenant's bindings one after another): the timeout, and a second
+        # for each MiB the answer may hold.
+        budget = self.rest.timeout_s + limit / (1 << 20)
+        deadline = time.monotonic() + budget
         try:
             with _OPENER.open(request, timeout=self.rest.timeout_s) as answer:
-                body = answer.read(limit + 1)
+                body = bytearray()
+                while len(body) <= limit:
+                    chunk = answer.read1(min(1 << 16, limit + 1 - len(body)))
+                    if not chunk:
+                        break
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        raise Unavailable(
+                            f"{shown} sent {path} too slowly: {len(body)} bytes in its {budget:.0f} s",
+                            field="tracking_uri", poll_error="unreachable",
+                        )  # fmt: skip
         except urllib.error.HTTPError as exc:
             raise _refusal(exc, shown, path, self.scrub) from None
         except (urllib.error.URLError, OSError) as exc:
@@ -225,6 +242,8 @@ class _Calls:
 
 
 def _refusal(exc: urllib.error.HTTPError, shown: str, path: str, scrub: Callable[[str], str]) -> SluiceError:
+    from sluice.convert.mlflow_models import names_nothing
+
     try:
         answer = json.loads(exc.read(64 * 1024) or b"{}")
     except ValueError:
@@ -238,7 +257,7 @@ def _refusal(exc: urllib.error.HTTPError, shown: str, path: str, scrub: Callable
         return Forbidden(f"{message} (a redirect, which sluice does not follow: give the server's own URL)", field="tracking_uri", **status)
     if exc.code in (401, 403):
         return Forbidden(f"{message} (check the tenant's MLflow credentials secret)", field="tracking_uri", **status)
-    if exc.code == 404 or answer.get("error_code") == "RESOURCE_DOES_NOT_EXIST":
+    if exc.code == 404 or names_nothing(str(answer.get("error_code") or ""), str(answer.get("message") or "")):
         return NotFound(message, field="registry", **status)
     if exc.code < 500:
         return BadRequest(message, field="registry", **status)

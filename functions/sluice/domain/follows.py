@@ -29,7 +29,13 @@ from typing import Any, Literal
 from sluice.domain.errors import Forbidden, InvalidRequest
 from sluice.domain.locations import Root, confine
 from sluice.domain.objects import now
-from sluice.domain.rollouts import MAX_MIN_REQUESTS, parse_duration, parse_gates, parse_steps
+from sluice.domain.rollouts import (
+    MAX_MIN_REQUESTS,
+    parse_duration,
+    parse_gates,
+    parse_steps,
+    percent_text,
+)
 
 Registry = Literal["mlflow", "sagemaker"]
 ChangeMeaning = Literal["stale", "rejected", "withdrawn", "update", "superseded", "approved", "approved_again", "pending"]
@@ -75,7 +81,7 @@ class Plan:
     min_requests: int = DEFAULT_MIN_REQUESTS
 
     def __str__(self) -> str:
-        steps = ",".join(f"{s:g}" for s in self.steps)
+        steps = ",".join(map(percent_text, self.steps))  # read back as the same numbers
         return f"{steps} every {self.every} gate {self.gates} min {self.min_requests}"
 
 

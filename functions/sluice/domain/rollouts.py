@@ -104,6 +104,15 @@ def parse_gates(
     return tuple(gates)
 
 
+def percent_text(step: float) -> str:
+    """A step in plain decimal digits, the shortest that read back as the same number (1e-07
+    as 0.0000001, 99.9999999 as itself: `:g` wrote 1e-07 and 100)."""
+    from decimal import Decimal
+
+    text = format(Decimal(repr(step)), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def parse_steps(
     value: str | list[Any] | tuple[Any, ...], *, field: str = "steps"
 ) -> tuple[float, ...]:
@@ -122,11 +131,11 @@ def parse_steps(
             ) from None
         if not 0 < step <= 100:
             raise InvalidRequest(
-                f"step {step:g} is not a percentage above 0 and at most 100", field=field
+                f"step {percent_text(step)} is not a percentage above 0 and at most 100", field=field
             )
         if steps and step <= steps[-1]:
             raise InvalidRequest(
-                f"steps must increase: {step:g} comes after {steps[-1]:g}", field=field
+                f"steps must increase: {percent_text(step)} comes after {percent_text(steps[-1])}", field=field
             )
         steps.append(step)
     if not steps:

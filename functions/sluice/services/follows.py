@@ -283,7 +283,10 @@ class FollowService:
 def _tracking(uri: str | None) -> str:
     if not uri:
         raise InvalidRequest("following MLflow needs its tracking URI (--tracking-uri, or MLFLOW_TRACKING_URI)", field="tracking_uri")
-    parts = urlsplit(uri)
+    try:
+        parts = urlsplit(uri)
+    except ValueError as exc:  # `https://[::1`: an unclosed bracket, a port that is no number
+        raise InvalidRequest(f"the tracking URI cannot be read: {exc}", field="tracking_uri") from None
     if parts.username or parts.password or parts.query:
         raise InvalidRequest(
             "a followed tracking URI is stored: give it without credentials, and give the poller MLflow's own "
