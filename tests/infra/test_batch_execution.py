@@ -26,6 +26,7 @@ import pytest
 from moto import mock_aws
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
+from sluice.batch.eventbridge import schedule_name
 from sluice.batch.files import Files
 from sluice.batch.orchestrators import TRANSIENT_ERRORS, StepFunctionsOrchestrator
 from sluice.batch.score import ChunkScorer
@@ -672,14 +673,14 @@ def test_a_schedule_is_an_eventbridge_schedule_whose_runs_are_jobs_of_the_state_
         acme, name="nightly", deployment="iris", input_uri=template, expression="cron(0 2 * * 1-5)",
         timezone="Europe/Paris", key_columns=["id"],
     )  # fmt: skip
-    made = scheduler.get_schedule(Name="acme.nightly", GroupName="sluice-batch")
+    made = scheduler.get_schedule(Name=schedule_name("acme", "nightly"), GroupName="sluice-batch")
     assert made["ScheduleExpression"] == "cron(0 2 ? * 2-6 *)"
     assert made["ScheduleExpressionTimezone"] == "Europe/Paris" and made["State"] == "ENABLED"
     assert made["Target"]["Arn"] == cloud.state_machine and made["Target"]["RoleArn"] == role
     spec = json.loads(made["Target"]["Input"])
     assert spec["scheduled_time"] == "<aws.scheduler.scheduled-time>" and spec["schedule"] == "nightly"
     schedules.pause(acme, "nightly")
-    assert scheduler.get_schedule(Name="acme.nightly", GroupName="sluice-batch")["State"] == "DISABLED"
+    assert scheduler.get_schedule(Name=schedule_name("acme", "nightly"), GroupName="sluice-batch")["State"] == "DISABLED"
     schedules.resume(acme, "nightly")
 
     # A run: Scheduler starts an execution with the target input, the time filled in.
@@ -698,7 +699,7 @@ def test_a_schedule_is_an_eventbridge_schedule_whose_runs_are_jobs_of_the_state_
 
     schedules.delete(acme, "nightly")
     with pytest.raises(scheduler.exceptions.ResourceNotFoundException):
-        scheduler.get_schedule(Name="acme.nightly", GroupName="sluice-batch")
+        scheduler.get_schedule(Name=schedule_name("acme", "nightly"), GroupName="sluice-batch")
     assert cloud.container.registry.list_schedules("acme") == []
 
 
