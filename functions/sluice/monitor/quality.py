@@ -53,13 +53,18 @@ def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] |
     outputs = result.outputs
     label_spec, probs_spec = signature.output_with_role("label"), signature.output_with_role("probabilities")
     probs = outputs.get(probs_spec.name) if probs_spec else None
+    label = outputs.get(label_spec.name) if label_spec else None
     classes: list[Any] | None = None
     if probs is not None and probs.ndim == 2:
         classes = result.classes.get(probs_spec.name) if probs_spec else None  # type: ignore[union-attr]
-        classes = list(range(probs.shape[1])) if classes is None else classes
+        if classes is None and (label is None or _indexed(label, probs)):
+            classes = list(range(probs.shape[1]))  # the columns' indices name the classes
+        # Else a label output beside probabilities without names (a classifier exported without
+        # ZipMap) names its classes in an order nothing here says: taking the columns for "0" and
+        # "1" made a model of classes 1 and 2 an AUC of 1 - AUC, and one of "no" and "yes" none.
+        # No scores are kept that cannot be tied to a class.
     else:
         probs = None
-    label = outputs.get(label_spec.name) if label_spec else None
     if label is not None or classes is not None:
         if label is not None:
             if label.size != len(label):
@@ -86,6 +91,21 @@ def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] |
     return {"kind": VALUE, "predicted": [v if math.isfinite(v) else None for v in said.tolist()]}
 
 
+def _indexed(label: Any, probs: Any) -> bool:
+    """Whether the label output names each row's class by its column: every row whose highest
+    probability is its alone says that column's index (at least one row does)."""
+    import numpy as np
+
+    if label.size != len(label) or len(label) != len(probs) or probs.shape[1] < 2:
+        return False
+    ordered = np.sort(probs, axis=1)
+    clear = ordered[:, -1] > ordered[:, -2]
+    if not clear.any():
+        return False
+    said = [_word(v) for v in label.reshape(-1)[clear].tolist()]
+    return said == [str(i) for i in np.argmax(probs[clear], axis=1).tolist()]
+
+
 def finite(value: Any) -> bool:
     """A number a regressor's error can be measured from: not null (how `predicted` keeps a NaN
     or an infinity), NaN or an infinity (kept so before it did)."""
@@ -94,8 +114,17 @@ def finite(value: Any) -> bool:
 
 def _word(value: Any) -> str:
     import numpy as np
-    value = value.item() if isinstance(value, np.generic) else value
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return class_word(value.item() if isinstance(value, np.generic) else value)
+
+
+def class_word(value: Any) -> str:
+    """A class as predictions and labels are compared: text, a whole number as one is written
+    (a model's float label 1.0 and a posted label 1 or "1" are one class)."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 @dataclass(slots=True)
@@ -155,10 +184,11 @@ class Outcomes:
             side[b] = side.get(b, 0) + 1
 
     def add_value(self, actual: float, said: float | None) -> bool:
-        """One labelled row, counted where both are finite numbers (True); a prediction of NaN
-        or an infinity has no error to measure, and counted once it would make the window's
-        sums, and so its MAE, RMSE and bias, NaN for good."""
-        if not (finite(actual) and finite(said)):
+        """One labelled row, counted where both are finite numbers within `MAX_LABEL` (True); a
+        prediction of NaN or an infinity has no error to measure, and counted once it would make
+        the window's sums, and so its MAE, RMSE and bias, NaN for good; one past `MAX_LABEL`
+        (1e200, labelled 0) would make its squared error infinite, and the RMSE with it."""
+        if not (finite(actual) and finite(said)) or abs(said) > MAX_LABEL or abs(actual) > MAX_LABEL:
             return False
         self.rows += 1
         diff = said - actual
@@ -219,7 +249,8 @@ class Outcomes:
         (mean of predicted - actual) for a regressor.
 
         Precision and recall are the positive class's where it is known (a two-class model's
-        second class; else, of exactly two classes seen, the later): its hits over its
+        second class; else, of exactly two classes seen by a model not known to have more, the
+        later): its hits over its
         predictions and over its labels, None where there are none (a window that neither
         predicted nor labelled it has no such figure, and a gate on it holds), whatever other
         labels came. Else the mean over the classes seen (macro), a class never predicted (or
@@ -249,7 +280,10 @@ class Outcomes:
                 folded = True
         out: dict[str, Any] = {"rows": self.rows, "accuracy": self.hits / self.rows}
         seen = sorted(actual.keys() | said.keys())
-        positive = self.positive if self.positive is not None else (seen[-1] if len(seen) == 2 and not folded else None)
+        # Of exactly two classes seen, the later, where the model is not known to have more (a
+        # three-class model's window that saw two kept its macro figures, not one class's).
+        two = len(seen) == 2 and not folded and not self.ovr
+        positive = self.positive if self.positive is not None else (seen[-1] if two else None)
         if positive is not None:
             hit = hits.get(positive, 0)
             out.update(

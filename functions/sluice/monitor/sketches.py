@@ -152,13 +152,14 @@ def frequent(sketch: Any) -> list[tuple[str, int]]:
 
 
 def _empty(values: np.ndarray) -> int:
-    """None or empty text among text values (object, str or bytes arrays): what is false."""
+    """None or empty text among text values (object, str or bytes arrays), as `_tally` leaves
+    them out: a number sent to a text input (0, 0.0) is a value, not a missing one."""
     import numpy as np
     if values.dtype.kind == "U":
         return int(np.count_nonzero(values == ""))
     if values.dtype.kind == "S":
         return int(np.count_nonzero(values == b""))
-    return len(values) - int(np.count_nonzero(values.astype(bool)))  # each value's truth, as `bool(v)`
+    return sum(v is None or (isinstance(v, str | bytes) and not v) for v in values.tolist())
 
 
 TEXT = (str, bytes, type(None))

@@ -14,7 +14,7 @@ from sluice.domain import now
 from sluice.domain.errors import InvalidInput, NotFound, SluiceError
 from sluice.domain.signature import Signature
 from sluice.monitor.checks import Thresholds, check, gate_drift
-from sluice.monitor.quality import CLASS, MAX_LABEL, Outcomes, finite, merged
+from sluice.monitor.quality import CLASS, MAX_LABEL, Outcomes, class_word, finite, merged
 from sluice.monitor.sketches import Profile, merged_by
 
 if TYPE_CHECKING:
@@ -132,6 +132,8 @@ class MonitorService:
         windows (the open one first) recomputed from the captured requests, every row
         sketched (`sluice.services.monitor_capture`)."""
         principal.require("admin")
+        if variant == "default":  # the traffic of a deployment without a split, as `quality` names it
+            variant = ""
         dep = self.registry.get_deployment(principal.tenant, name)
         rev = revision or dep.revision
         quality = self.quality(principal.tenant, name, rev, variant=variant)[:windows]
@@ -388,11 +390,9 @@ def _label(kind: str, label: Any, field: str) -> Any:
     """A label as its prediction is compared with it: a class as text (a whole number as one
     is written), a value as a finite number of at most `MAX_LABEL` either way."""
     if kind == CLASS:
-        if isinstance(label, float) and label.is_integer():
-            label = int(label)
         if isinstance(label, bool | dict | list) or label is None:
             raise InvalidInput(f"a classifier's label is a class (text or a number), not {type(label).__name__}", field=field)
-        return str(label)
+        return class_word(label)
     try:
         value = float(label)
     except (TypeError, ValueError, OverflowError):  # OverflowError: a whole number past float's range
