@@ -136,3 +136,71 @@ def test_an_answer_that_says_nothing_usable_is_an_error_never_a_success(tmp_path
         with _answering(*answer) as url:
             code, out, err = run_cli(capsys, "predict", "iris", "--features", '{"a": 1}', "--api", url, "--api-key", "k")
         assert (code, out, err.strip().splitlines()[-1]) == (2, "", said)
+
+
+ROW = "[[5.1,3.5,1.4,0.2]]"
+V2 = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [5.1, 3.5, 1.4, 0.2]}]}
+
+
+@pytest.fixture
+def two_ways(demo: Container, acme: Principal) -> Iterator[tuple[str, str]]:
+    """iris at version 2 of two, and a sticky split of its versions, served."""
+    from tests.conftest import MODELS
+
+    demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())
+    demo.deployments.update(acme, "iris", {"kind": "single", "model": "iris", "version": 2})
+    demo.deployments.create(acme, "iris-split", {"kind": "split", "routing_key": "x-user-id", "variants": [
+        {"name": "one", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
+        {"name": "two", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 2}},
+    ]})  # fmt: skip
+    _, key = demo.keys.create("acme", ["predict"])
+    with serving(create_app(demo)) as url:
+        yield url, key
+
+
+@pytest.mark.parametrize(
+    ("deployment", "words", "body"),
+    [
+        ("iris", ["--version", "1"], None),
+        ("iris-split", ["--variant", "one"], None),
+        ("iris-split", ["--variant", "nope"], None),
+        ("iris-split", ["--routing-key", "user-7"], None),
+        ("iris-split", ["--routing-key", "user-8", "--param", "x=1"], None),
+        ("iris", [], {"inputs": [[5.1, 3.5, 1.4, 0.2]], "version": 1, "options": {"return_probabilities": False}}),
+        ("iris-split", ["--variant", "two"], {"inputs": [[5.1, 3.5, 1.4, 0.2]], "variant": "one", "routing_key": "k"}),
+        ("iris", [], {"inputs": [[5.1, 3.5, 1.4, 0.2]], "verison": 1}),
+        ("iris", ["--v2", "--version", "1"], V2),
+        ("iris-split", ["--v2", "--variant", "one"], V2),
+        ("iris-split", ["--v2"], {**V2, "parameters": {"routing_key": "user-7"}}),
+    ],
+)
+def test_a_prediction_is_the_same_in_this_process_and_through_the_api(
+    two_ways: tuple[str, str], demo: Container, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    deployment: str, words: list[str], body: dict[str, Any] | None,
+) -> None:  # fmt: skip
+    """--version, --variant and --routing-key were dropped with --api (answered by whatever the
+    deployment routed to; an unknown variant a success), and a --file's own version, variant,
+    routing key and options dropped in this process (and its unknown fields taken)."""
+    from tests.support import cli_environment
+
+    url, key = two_ways
+    if body is not None:
+        (tmp_path / "body.json").write_text(json.dumps(body))
+        words = [*words, "--file", str(tmp_path / "body.json")]
+    else:
+        words = [*words, "--inputs", ROW]
+    remote = run_cli(capsys, "predict", deployment, *words, "--api", url, "--api-key", key)
+    with cli_environment(monkeypatch, demo.settings.home_path):
+        local = run_cli(capsys, "--tenant", "acme", "predict", deployment, *words)
+    assert remote[0] == local[0], (remote, local)
+    if remote[0] != 0:
+        assert remote[0] == 2 and "Traceback" not in remote[2] + local[2]
+        return
+    said = [json.loads(out) for out in (remote[1], local[1])]
+    for answer in said:  # what differs from one request to the next
+        for where in (answer, answer.get("parameters") or {}):
+            for name in ("request_id", "id", "latency_ms"):
+                where.pop(name, None)
+    assert said[0] == said[1]
+    if "--version" in words:
+        assert "1" in json.dumps(said[0].get("version", said[0].get("model_version")))

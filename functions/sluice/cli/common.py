@@ -38,7 +38,17 @@ def operator(args: argparse.Namespace) -> Principal:
 
 
 def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=str))
+    print(json.dumps(data, indent=2, default=_plain))
+
+
+def _plain(value: Any) -> Any:
+    """A value JSON has no form for: an array or a NumPy number as the API writes it (a tensor
+    of a v2 answer was printed as its Python text, `"[9.8e-01 1.8e-02]"`), anything else as text."""
+    if type(value).__module__ == "numpy":
+        import orjson
+
+        return orjson.loads(orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY))
+    return str(value)
 
 
 def table(rows: list[dict[str, Any]], columns: list[str]) -> None:

@@ -4,7 +4,7 @@ upload by itself (see `sluice.cli.remote`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sluice.cli import pieces
 from sluice.cli.common import (
@@ -27,7 +27,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     from sluice.api.present import plain_body, v2_body
     from sluice.cli.remote import UPLOAD_ABOVE, api_from, predict_remote
-    from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
+    from sluice.domain.requests import (
+        PredictionRequest,
+        RowInputs,
+        Tensor,
+        TensorInputs,
+        routing_key_of,
+    )
 
     given = {k: load_json_arg(v, k) for k in ("inputs", "features", "batch") if (v := getattr(args, k))}
     path = Path(args.file) if args.file else None
@@ -35,50 +41,84 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise SluiceError("give exactly one of --inputs, --features, --batch or --file", field="inputs")
     if args.v2 and path is None:
         raise SluiceError("--v2 reads an Open Inference Protocol request from --file", field="file")
-    parameters = _parameters(args.param or [])
+    # What the flags ask (--version, --variant, --routing-key, --param), over what a --file says:
+    # the same request in this process and through an API (`with_flags`).
+    flags = Flags(args.version, args.variant, args.routing_key, _parameters(args.param or []))
     api = api_from(args)
     if api is not None:
         upload_above = UPLOAD_ABOVE if args.upload_above is None else args.upload_above
-        answer = predict_remote(
-            api, args.deployment, path=path, given=given, v2=args.v2, upload_above=upload_above, wait_s=args.wait_s, parameters=parameters
-        )
+        answer = predict_remote(api, args.deployment, path=path, given=given, v2=args.v2, upload_above=upload_above, wait_s=args.wait_s, flags=flags)
         print_json(answer)
         return 0
-    if path is not None:
-        body = load_json_arg(f"@{path}", "file")
-        if args.v2:
-            from sluice.types.v2 import InferenceRequest
-
-            parsed = InferenceRequest.model_validate(body)
-            parameters = {**(parsed.parameters or {}), **parameters}
-            inputs: RowInputs | TensorInputs = TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in parsed.inputs))
-        else:
-            found = {k: body[k] for k in ("inputs", "features", "batch") if isinstance(body, dict) and body.get(k) is not None}
-            if len(found) != 1:
-                raise SluiceError("--file holds a prediction body with exactly one of inputs, features or batch", field="file")
-            given, inputs = found, RowInputs(**found)
-            held = body.get("parameters") or {}
-            if not isinstance(held, dict):
-                raise SluiceError(f"--file's parameters are an object of names and values, not {type(held).__name__}", field="file.parameters")
-            parameters = {**held, **parameters}
-    else:
-        inputs = RowInputs(**given)
+    body = flags.applied(load_json_arg(f"@{path}", "file") if path is not None else dict(given), args.deployment, v2=args.v2)
     predictions = pieces.predictions()
-    request = PredictionRequest(
-        deployment=args.deployment,
-        inputs=inputs,
-        version=args.version,
-        variant=args.variant,
-        routing_key=args.routing_key,
-        parameters=parameters or None,
-    )
+    if args.v2:
+        from sluice.types.v2 import InferenceRequest
+
+        parsed = _checked(InferenceRequest, body)
+        params = parsed.parameters or {}
+        request = PredictionRequest(
+            deployment=args.deployment,
+            inputs=TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in parsed.inputs)),
+            version=args.version, variant=params.get("variant"), routing_key=routing_key_of(params), parameters=params or None,
+        )  # fmt: skip
+    else:
+        from sluice.types.api import PredictionRequest as Body
+
+        plain = _checked(Body, body)
+        if plain.upload_id is not None:
+            raise SluiceError("--file names an upload (upload_id), which only an API reads: give its rows, or --api", field="file.upload_id")
+        rows = {k: v for k in ("inputs", "features", "batch") if (v := getattr(plain, k)) is not None}
+        if len(rows) != 1:
+            raise SluiceError("--file holds a prediction body with exactly one of inputs, features or batch", field="file")
+        request = PredictionRequest(
+            deployment=args.deployment, inputs=RowInputs(**rows), version=plain.version, variant=plain.variant,
+            routing_key=plain.routing_key, parameters=plain.parameters or None,
+        )  # fmt: skip
     prediction = asyncio.run(predictions.predict(operator(args), request))
     pieces.settle()  # a short-lived process: let mirrors finish, captured requests be written
     if args.v2:
         print_json(v2_body(prediction, request_id=None, wanted=None))
     else:
-        print_json(plain_body(prediction, several="batch" in given))
+        print_json(plain_body(prediction, several=plain.batch is not None, return_probabilities=plain.options.return_probabilities))
     return 0
+
+
+class Flags(NamedTuple):
+    """What `sluice predict`'s flags ask of the request, whichever way it goes."""
+
+    version: int | None
+    variant: str | None
+    routing_key: str | None
+    parameters: dict[str, Any]
+
+    def applied(self, body: Any, deployment: str, *, v2: bool) -> dict[str, Any]:
+        """`body` (a --file's request, or the rows given) with the flags over it: a simple-JSON
+        request's own fields, an Open Inference Protocol request's `parameters` (its version is
+        in its route)."""
+        if not isinstance(body, dict):
+            raise SluiceError(f"--file holds JSON {type(body).__name__}: a request is an object", field="file")
+        held = body.get("parameters") or {}
+        if not isinstance(held, dict):
+            raise SluiceError(f"--file's parameters are an object of names and values, not {type(held).__name__}", field="file.parameters")
+        parameters = {**held, **self.parameters}
+        if v2:
+            parameters.update({k: v for k, v in (("variant", self.variant), ("routing_key", self.routing_key)) if v is not None})
+            return {**body, "parameters": parameters} if parameters else body
+        asked = {k: v for k, v in (("version", self.version), ("variant", self.variant), ("routing_key", self.routing_key)) if v is not None}
+        return {**body, "deployment": deployment, **asked, **({"parameters": parameters} if parameters else {})}
+
+
+def _checked(model: Any, body: dict[str, Any]) -> Any:
+    """`body` read as the API reads it (`model`), its first problem named under `file`."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise SluiceError(f"--file: {where}: {first['msg']}", field=f"file.{where}" if where else "file") from None
 
 
 def _parameters(given: list[str]) -> dict[str, Any]:

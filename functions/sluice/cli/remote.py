@@ -24,6 +24,8 @@ from sluice.domain.errors import SluiceError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sluice.cli.predict import Flags
+
 # What API Gateway hands the function: 6 MB, less the event's envelope, of a body it passes
 # base64-encoded (a third larger): about 4.4 MB. Above this, a body goes through an upload.
 UPLOAD_ABOVE = 4 * 1024 * 1024
@@ -202,34 +204,24 @@ def predict_remote(
     v2: bool,
     upload_above: int,
     wait_s: float,
-    parameters: dict[str, Any] | None = None,
+    flags: Flags,
 ) -> Any:
-    """The prediction's answer, as the API presents it (with `parameters` added to the request's)."""
-    route = f"/v2/models/{deployment}/infer" if v2 else "/api/v1/predictions"
+    """The prediction's answer, as the API presents it, to the request `sluice predict` makes
+    in this process too (`Flags.applied`: its flags over the file's or the rows given)."""
+    route = "/api/v1/predictions"
+    if v2:
+        pinned = "" if flags.version is None else f"/versions/{flags.version}"
+        route = f"/v2/models/{quote(deployment, safe='')}{pinned}/infer"
     if path is not None and path.stat().st_size > upload_above:
         upload_id = api.upload(deployment, path)
-        payload: dict[str, Any] = (
-            {"inputs": [], "parameters": {"upload_id": upload_id}} if v2 else {"deployment": deployment, "upload_id": upload_id}
-        )
+        payload: Any = {"inputs": [], "parameters": {"upload_id": upload_id}} if v2 else {"upload_id": upload_id}
     elif path is not None:
         from sluice.codecs.json_text import loads_as_python
 
         payload = loads_as_python(path.read_bytes())
-        if not isinstance(payload, dict):
-            from sluice.domain.errors import BadRequest
-
-            raise BadRequest(f"{path} holds JSON {type(payload).__name__}: a request is an object", field="file")
-        if not v2:
-            payload = {**payload, "deployment": deployment}
     else:
-        payload = {"deployment": deployment, **given}
-    if parameters:
-        held = payload.get("parameters") or {}
-        if not isinstance(held, dict):
-            from sluice.domain.errors import BadRequest
-
-            raise BadRequest(f"the request's parameters are an object of names and values, not {type(held).__name__}", field="file.parameters")
-        payload = {**payload, "parameters": {**held, **parameters}}
+        payload = dict(given)
+    payload = flags.applied(payload, deployment, v2=v2)
     status, headers, body = api.json("POST", route, payload)
     return api.outcome(status, headers, body, wait_s=wait_s)
 
