@@ -9,9 +9,13 @@ PORT ?= 8000
 
 .PHONY: install serve test test-needs tier test-fast fuzz lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium test-rewrite
 
+# The virtualenv without pip of its own (ensurepip alone takes seconds, before anything else
+# can start): uv is put in it by the interpreter's own pip, or, where that has none, by a pip
+# installed in it as before.
 $(UV):
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
+	$(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m pip --python $(VENV)/bin/python install --quiet --disable-pip-version-check uv 2>/dev/null || \
+		{ $(VENV)/bin/python -m ensurepip --default-pip >/dev/null && $(VENV)/bin/pip install --quiet --disable-pip-version-check uv; }
 
 # Installed with bytecode for what sluice's processes import (site-packages and sluice's own
 # modules, an editable install outside it), so that a process reads bytecode rather than
