@@ -123,11 +123,32 @@ def _check_overlap(batch: BatchService, tenant: str, name: str, when: float | No
             raise RunSkipped(name, f"run {made.id} is the schedule's run for a later time ({_iso(made.scheduled_for)})", running=made.id)
     going = next((j for j in runs if not batch.settled(j, ask=True).terminal), None)
     if going is None:
+        if when is not None and schedule.overlap == "queue" and (schedule.queued_for or 0.0) > when:
+            # A later time waits too: this one folds into it, as locally (each run in turn, the
+            # times due during a long run never caught up)
+            raise RunSkipped(name, f"a later time ({_iso(schedule.queued_for)}) waits to run: this one ({_iso(when)}) folds into it")
         return schedule
     if schedule.overlap == "queue":
+        if when is not None:
+            _wait_noted(registry, schedule, when)
         raise RunQueued(name, going.id)
     registry.update_schedule(tenant, name, skipped=schedule.skipped + 1, last_skipped_at=now())
     raise RunSkipped(name, f"run {going.id} is still {going.status}", running=going.id)
+
+
+def _wait_noted(registry: Any, schedule: Schedule, when: float) -> None:
+    """`when` kept as the schedule's latest waiting time, unless a later one is (a conditional
+    write, read again when another waiting time wrote first)."""
+    from sluice.domain.errors import StaleRead
+
+    for _ in range(5):
+        if (schedule.queued_for or 0.0) >= when:
+            return
+        try:
+            registry.update_schedule(schedule.tenant, schedule.name, queued_for=when, expect={"queued_for": schedule.queued_for})
+            return
+        except StaleRead:
+            schedule = registry.get_schedule(schedule.tenant, schedule.name)
 
 
 def _iso(stamp: float | None) -> str:

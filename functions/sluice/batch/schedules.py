@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.batch.refused_runs import refuse_run, run_made
+from sluice.batch.service import input_format
 from sluice.batch.specs import check_template, render, zone
+from sluice.batch.uris import as_uri
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError
 from sluice.domain.jobs import (
@@ -126,7 +128,8 @@ class ScheduleService:
             input_uri = _absolute(input_uri)
         sample = render(input_uri, datetime.now(UTC), timezone)
         if not operator or self.timer is not None:  # on AWS the state machine confines every run
-            self.batch.input_location(principal.tenant, sample)
+            sample = self.batch.input_location(principal.tenant, sample).uri
+        input_format(as_uri(sample) if operator and self.timer is None else sample, format)  # what every run would be refused for
         self.registry.get_deployment(principal.tenant, deployment)  # NotFound across tenants
         schedule = Schedule(
             tenant=principal.tenant, name=name, deployment=deployment, input_uri=input_uri,

@@ -113,18 +113,7 @@ class BatchService:
         if not operator and output_uri is not None:
             raise BadRequest("results go to the tenant's outbox; output_uri is for the CLI", field="output_uri")
         keys = check_key_columns(key_columns, stored=source == "schedule")  # a schedule's run: its stored columns
-        if is_many(uri):
-            # A prefix or a manifest: Plan finds the format from its objects' names.
-            if source in ("upload", "inbox") and not is_manifest(uri):
-                raise BadRequest("an upload is one object or a manifest (.json), not a folder", field="input_uri")
-            if format:
-                raise BadRequest(
-                    "the format of a prefix or manifest comes from its objects' names; leave format out",
-                    field="format",
-                )
-            fmt = "parquet"  # until Plan records the objects' format; results default to Parquet
-        else:
-            fmt = check_format(format, field="format") if format else format_of(uri)
+        fmt = input_format(uri, format, source=source)
         default_out = "parquet" if catalog is not None else fmt  # a catalog table is Parquet
         out_fmt = check_format(output_format, field="output_format") if output_format else default_out
         job_id = job_id or new_job_id()
@@ -361,3 +350,20 @@ def _start_failed(job: BatchJob) -> bool:
 
 def _uploader(tenant: str) -> Principal:
     return Principal(tenant, frozenset({"predict"}), "upload")
+
+
+def input_format(uri: str, format: str | None, *, source: str | None = None) -> str:
+    """The format a job reads `uri` in, or a 400 naming why no job can (a compressed file, a
+    name that says none, a format given for a prefix): what a job is refused for when it is
+    submitted, and a schedule when it is made, on a rendering of its template."""
+    if is_many(uri):
+        # A prefix or a manifest: Plan finds the format from its objects' names.
+        if source in ("upload", "inbox") and not is_manifest(uri):
+            raise BadRequest("an upload is one object or a manifest (.json), not a folder", field="input_uri")
+        if format:
+            raise BadRequest(
+                "the format of a prefix or manifest comes from its objects' names; leave format out",
+                field="format",
+            )
+        return "parquet"  # until Plan records the objects' format; results default to Parquet
+    return check_format(format, field="format") if format else format_of(uri)

@@ -36,7 +36,7 @@ OVERLAPS: tuple[str, ...] = ("skip", "queue")
 ScheduleState = Literal["ENABLED", "PAUSED"]
 # The fields `Registry.update_schedule` may set.
 SCHEDULE_UPDATABLE: frozenset[str] = frozenset(
-    {"state", "last_fire", "skipped", "last_skipped_at", "updated_at", "refused", "last_error", "last_refused_at"}
+    {"state", "last_fire", "skipped", "last_skipped_at", "updated_at", "refused", "last_error", "last_refused_at", "queued_for"}
 )
 _RATE = re.compile(r"^rate\(\s*(\d+)\s+(minute|minutes|hour|hours|day|days)\s*\)\Z")
 _CRON = re.compile(r"^cron\((.*)\)\Z")
@@ -78,6 +78,9 @@ class Schedule:
     refused: int = 0
     last_error: str | None = None
     last_refused_at: float | None = None
+    # On AWS with `overlap: queue`: the latest scheduled time whose run waited for one still going.
+    # A waiting time earlier than it folds into it, as the local scheduler runs only the latest.
+    queued_for: float | None = None
 
     @property
     def paused(self) -> bool:

@@ -681,6 +681,26 @@ def test_a_bad_schedule_is_refused_naming_the_field(
     assert batch.registry.list_schedules("acme") == []
 
 
+@pytest.mark.parametrize(
+    ("template", "changes", "field"),
+    [
+        ("iris/{date}/events.csv.gz", {}, "input_uri"),  # compressed: cannot be split
+        ("iris/{date}/events", {}, "format"),  # no name that says a format
+        ("iris/dt={date}/", {"format": "csv"}, "format"),  # a prefix's format comes from its objects
+    ],
+)
+def test_a_schedule_every_run_of_which_would_be_refused_is_refused_when_made(
+    client: TestClient, keys: dict[str, str], batch: Container, template: str, changes: dict[str, Any], field: str
+) -> None:
+    """A job of its rendered input is refused naming the field; the schedule was taken (201),
+    and then each of its runs refused."""
+    job = {"deployment": "iris", "input_uri": batch.batch.paths.inbox("acme") + template.replace("{date}", "2026-11-25"), **changes}
+    refused = client.post("/api/v1/batch-jobs", json=job, headers=auth(keys["acme"]))
+    made = client.post("/api/v1/batch-schedules", json=body(batch, input_uri=batch.batch.paths.inbox("acme") + template, **changes), headers=auth(keys["acme"]))
+    assert (refused.status_code, refused.json()["field"]) == (made.status_code, made.json()["field"]) == (400, field), made.text
+    assert batch.registry.list_schedules("acme") == []
+
+
 def test_another_tenant_sees_none_of_a_tenants_schedules_or_their_runs(
     client: TestClient, keys: dict[str, str], batch: Container, acme: Principal, clock: Clock
 ) -> None:
@@ -927,3 +947,49 @@ def test_on_aws_two_deliveries_of_a_time_asking_at_once_make_one_run(batch: Cont
         service.batch.create_for_execution(spec, execution=arn + "a")
     (made,) = batch.registry.list_jobs("acme", schedule="hourly")
     assert first.value.running == made.id == other[1].id and made.execution == arn + "b"
+
+
+@pytest.mark.parametrize("woken", [(13, 14), (14, 13)])
+def test_on_aws_times_due_during_a_run_fold_into_the_latest_as_locally(batch: Container, acme: Principal, clock: Clock, woken: tuple[int, int]) -> None:
+    """`overlap: queue`: 13:00 and 14:00 fall due while noon's run goes. Locally one run follows,
+    14:00's; on AWS each waiting time ran in turn (13:00, then 14:00 behind it), a backlog a
+    schedule whose runs outlast its period never caught up."""
+    from sluice.batch.eventbridge import target_input
+    from sluice.batch.executions import RunQueued, RunSkipped
+
+    class Running(Recorded):
+        def ended(self, job: object) -> None:
+            return None
+
+    def finish(job: Any) -> None:
+        batch.registry.update_job("acme", job.id, status="RUNNING")
+        batch.registry.update_job("acme", job.id, status="SUCCEEDED")
+
+    service = ScheduleService(batch.registry, BatchService(batch.registry, Running(), batch.batch.paths), clock=clock)
+    service.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)", overlap="queue")
+    # Locally, from the clock's noon
+    (first,) = service.run_due(clock() + 3600)
+    assert service.run_due(clock() + 2 * 3600) == [] == service.run_due(clock() + 3 * 3600)
+    finish(first)
+    local = [j.scheduled_for for j in service.run_due(clock() + 3 * 3600 + 60)]
+    # On AWS, each time an execution of its own
+    service.create(acme, name="on-aws", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)", overlap="queue")
+    schedule = batch.registry.get_schedule("acme", "on-aws")
+
+    def create(hour: int) -> Any:
+        spec = target_input(schedule) | {"scheduled_time": f"2026-11-25T{hour}:00:00Z"}
+        return service.batch.create_for_execution(spec, execution=f"arn:aws:states:eu-west-1:1:execution:m:t{hour}")
+
+    noon = create(12)
+    for hour in (13, 14):
+        with pytest.raises(RunQueued):
+            create(hour)
+    finish(noon)
+    runs = []
+    for hour in woken:  # their WaitForRun wakes, in either order
+        try:
+            runs.append(create(hour).scheduled_for)
+        except RunSkipped as skipped:
+            assert hour == 13 and ("folds into it" in skipped.reason or "a later time" in skipped.reason)
+    assert runs == [at("2026-11-25T14:00:00+00:00")]
+    assert local == [clock() + 3 * 3600]  # locally too: one run, the latest time due (15:00 of 14:00 and 15:00)
