@@ -116,7 +116,9 @@ class Session:
         # session made per message (Lambda) checks its key before the first answer.
         self.key = HeldKey(container.keys, principal.subject, checked_at)
 
-    async def answer(self, raw: bytes | str) -> dict[str, Any]:
+    async def answer(self, raw: bytes | str, *, unread: SluiceError | None = None) -> dict[str, Any]:
+        """The answer to one message; `unread`: why the message could not be read off its frame
+        (answered as any refusal, once its key and rate are checked, as every message's are)."""
         request_id: str | None = None
         message: Any = None
         try:
@@ -127,6 +129,8 @@ class Session:
             except SluiceError:
                 request_id = self._request_id_of(raw)  # the refusal carries the message's id where it has one
                 raise
+            if unread is not None:
+                raise unread
             if message_size(raw, self.max_message_bytes) > self.max_message_bytes:
                 raise PayloadTooLarge(
                     f"message is over {self.max_message_bytes} bytes: send large inputs as a batch job",

@@ -108,16 +108,15 @@ async def message(event: dict[str, Any], *, container: Container, clients: AwsCl
         session = Session(
             container, principal, connection_id=connection, headers=headers_of(event), rate_limit=_rate(container, principal.tenant)
         )
+        unread = None
         try:
             if event.get("isBase64Encoded"):
                 raw = base64.b64decode(body, validate=True)
         except (binascii.Error, ValueError):
-            from sluice.api.socket import error_answer
             from sluice.domain.errors import InvalidRequest
 
-            answer = error_answer(InvalidRequest("the message is not the base64 its event says it is (isBase64Encoded)", field="body"), None)
-        else:
-            answer = await session.answer(raw)
+            raw, unread = "", InvalidRequest("the message is not the base64 its event says it is (isBase64Encoded)", field="body")
+        answer = await session.answer(raw, unread=unread)  # its key and rate checked first, whatever it holds
     data = encode(answer)
     if len(data) > MAX_ANSWER_BYTES:
         from sluice.api.socket import error_answer, rows_field

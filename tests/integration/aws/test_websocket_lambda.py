@@ -147,6 +147,22 @@ def test_a_revoked_key_is_answered_401_and_its_connection_closed(aws: None, demo
     assert calls == ["PostToConnection", "DeleteConnection"]
 
 
+def test_a_revoked_keys_message_that_is_not_base64_is_refused_401_and_closed(aws: None, demo: Container, key: tuple[str, str], acme: Principal) -> None:
+    """Whatever the message holds, even a body its event says is base64 and is not: answered
+    422 before the key was looked at, the connection kept open, the message never counted."""
+    key_id, _ = key
+    demo.keys.revoke(acme, key_id)
+    clients = AwsClients(region=REGION)
+    sent: list[tuple[str, Any]] = []  # the calls the handler makes, as made
+    management = clients.client("apigatewaymanagementapi", endpoint_url="https://abcdef123.execute-api.us-east-1.amazonaws.com/v1", connect_timeout=2, read_timeout=5)
+    management.meta.events.register("provide-client-params.apigatewaymanagementapi.*", lambda params, model, **_: sent.append((model.name, params.get("Data"))))
+    event = message("x", key_id=key_id, connection="undecodable")
+    event["isBase64Encoded"], event["body"] = True, "not base64!!"
+    route(event, container=demo, clients=clients)
+    assert [name for name, _ in sent] == ["PostToConnection", "DeleteConnection"]
+    assert json.loads(sent[0][1])["status"] == 401 and "undecodable" not in connections()
+
+
 class _Stubbed:
     def __init__(self, client: Any) -> None:
         self._client = client
