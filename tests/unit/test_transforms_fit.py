@@ -92,3 +92,15 @@ def test_a_missing_or_unknown_file_is_refused(tmp_path: Path, capsys: pytest.Cap
     (tmp_path / "train.json").write_text("{}")
     code, _, err = _fit(capsys, "--data", str(tmp_path / "train.json"), "--standardize", "x")
     assert code == 2 and ".parquet or .csv" in err
+
+
+@pytest.mark.parametrize("flag", ["--standardize", "--min-max"])
+@pytest.mark.parametrize("infinity", [float("inf"), float("-inf")])
+def test_a_column_holding_an_infinity_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, infinity: float) -> None:
+    """It printed `"mean": Infinity` (not JSON) and a std of 1, the one for a column that never
+    varies: a node no policy could keep."""
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"e": [1.0, 2.0, infinity, float("nan")]}), path)
+    code, out, err = _fit(capsys, "--data", str(path), flag, "e")
+    assert code == 2 and out == ""
+    assert "column 'e' holds an infinity" in err and "Traceback" not in err

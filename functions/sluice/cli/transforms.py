@@ -78,6 +78,7 @@ def fit_node(table: pa.Table, wanted: dict[str, list[str]]) -> dict[str, Any]:
     """The transform node (JSON) with the parameters `table` gives for each op's columns."""
     import pyarrow.compute as pc
 
+    from sluice.domain.policy import check_finite
     from sluice.domain.transform_specs import answer_specs
     from sluice.domain.transforms import Transform
 
@@ -101,7 +102,8 @@ def fit_node(table: pa.Table, wanted: dict[str, list[str]]) -> dict[str, Any]:
                 inputs.setdefault(name, {"name": name, "datatype": datatype, "shape": [-1]})
                 ops.append({"op": op, "input": name, "vocabulary": vocabulary})
     node = {"kind": "transform", "inputs": list(inputs.values()), "ops": ops}
-    parsed = Transform.model_validate(node)  # what a policy would refuse is refused here
+    check_finite(node, field="node")  # what a policy would refuse is refused here
+    parsed = Transform.model_validate(node)
     answer_specs(parsed, parsed.input_specs(), field="node")
     return node
 
@@ -113,7 +115,11 @@ def _numbers(column: Any, name: str, op: str) -> Any:
     if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
         raise BadRequest(f"column {name!r} holds {column.type}: --{op.replace('_', '-')} takes numbers", field=op)
     values = column.to_numpy(zero_copy_only=False).astype(np.float64)
-    return values[~np.isnan(values)]
+    values = values[~np.isnan(values)]
+    infinite = np.flatnonzero(np.isinf(values))
+    if infinite.size:  # no mean or bounds a policy can hold (JSON has no Infinity), and no missing value
+        raise BadRequest(f"column {name!r} holds an infinity ({infinite.size} of its values): --{op.replace('_', '-')} fits finite numbers", field=op)
+    return values
 
 
 def _vocabulary(column: Any, name: str) -> tuple[list[Any], str]:
