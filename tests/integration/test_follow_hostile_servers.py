@@ -100,3 +100,35 @@ def test_an_answer_sent_a_byte_at_a_time_is_cut_at_its_deadline() -> None:
             rest.current_version(follow)
         assert time.monotonic() - started < 10  # its budget: the timeout and a second a MiB (~3 s), well short of the 20 s
         server.shutdown()  # its handler is still dripping
+
+
+@pytest.mark.parametrize(
+    "mlmodel",
+    [
+        "flavors:\n  sklearn: {}\n  'leak {auth}': {}\n",  # a flavor's name
+        "flavors:\n  onnx: {data: model.onnx}\nsignature:\n  inputs: '[{\"type\": \"string\", \"name\": \"{auth}\"}]'\n",  # a column's
+    ],
+)
+def test_credentials_a_server_quotes_back_are_never_in_what_is_recorded(mlmodel: str, tmp_path: Any) -> None:
+    """Refusals made of a 200 answer repeated it as the server wrote it, the tenant's
+    Authorization header included, into the reason its admins read."""
+    import base64
+
+    from sluice.convert.mlflow_credentials import Credentials
+    from sluice.domain.errors import SluiceError
+
+    password = "pw-7f3c9e1b-never-shown"
+    credentials = Credentials(username="sluice-bot", password=password)
+    registry = Registry()
+    registry.versions[2] = mlmodel.replace("{auth}", credentials.authorization())
+    with serving(registry) as server:
+        rest = MlflowRest(allowed=parse_allowlist([url(server)], field="x"), credentials=lambda t: credentials, reads=lambda f: None)
+        follow = Follow(
+            "acme", "moving", "models:/moving@champion", "mlflow", "moving", str(parse_plan(PLAN)),
+            "mlflow:models:/moving@champion", tracking_uri=url(server),
+        )  # fmt: skip
+        with pytest.raises(SluiceError) as refused:
+            rest.pull(follow, 2, tmp_path)
+    said = refused.value.message
+    assert password not in said and base64.b64encode(f"sluice-bot:{password}".encode()).decode() not in said
+    assert "***" in said

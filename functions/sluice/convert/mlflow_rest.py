@@ -23,6 +23,7 @@ and port, `sluice.domain.origins`); no redirect is followed, so the credentials 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.error
@@ -40,7 +41,7 @@ from sluice.domain.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
     from sluice.convert.mlflow_credentials import Credentials
@@ -86,6 +87,10 @@ class MlflowRest:
     def current_version(self, follow: Follow) -> int:
         source = follow.parsed_source()
         call = self._caller(follow)
+        with _scrubbed(call):
+            return self._current_version(follow, source, call)
+
+    def _current_version(self, follow: Follow, source: Any, call: _Calls) -> int:
         if source.alias:
             found = call("GET", f"{API}/registered-models/alias", {"name": source.name, "alias": source.alias})
             return int(found["model_version"]["version"])
@@ -96,10 +101,14 @@ class MlflowRest:
         return int(versions[0]["version"])
 
     def pull(self, follow: Follow, version: int, tmp: Path) -> Pulled:
+        source, call = follow.parsed_source(), self._caller(follow)
+        with _scrubbed(call):
+            return self._pull(follow, version, source, call)
+
+    def _pull(self, follow: Follow, version: int, source: Any, call: _Calls) -> Pulled:
         from sluice.convert.mlflow_models import without_credentials
         from sluice.convert.registry_pull import Pulled
 
-        source, call = follow.parsed_source(), self._caller(follow)
         said = f"models:/{source.name}/{version}"
         found = call("GET", f"{API}/model-versions/get", {"name": source.name, "version": str(version)})["model_version"]
         where = call("GET", f"{API}/model-versions/get-download-uri", {"name": source.name, "version": str(version)})["artifact_uri"]
@@ -179,6 +188,18 @@ class MlflowRest:
         if int(got.get("ContentLength") or 0) > limit:
             raise Unprocessable(f"s3://{bucket}/{key} is larger than {limit} bytes: {CONVERT}", field="file")
         return bytes(got["Body"].read())
+
+
+@contextlib.contextmanager
+def _scrubbed(call: _Calls) -> Iterator[None]:
+    """What the server said, in any refusal made of its answers (a flavor's name, a column's),
+    without the tenant's credentials: a server may quote back what it was sent."""
+    try:
+        yield
+    except SluiceError as exc:
+        exc.message = call.scrub(exc.message)
+        exc.args = (exc.message,)
+        raise
 
 
 class _Calls:
