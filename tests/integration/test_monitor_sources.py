@@ -31,9 +31,10 @@ def _csv(path: Path, rows: list[list[float]]) -> Path:
 
 def _sketched(column: dict[str, object]) -> int:
     """How many values a stored KLL sketch took."""
-    from datasketches import kll_floats_sketch
+    from datasketches import kll_doubles_sketch, kll_floats_sketch
 
-    return kll_floats_sketch.deserialize(base64.b64decode(column["sketch"])).n  # type: ignore[arg-type]
+    kind = kll_doubles_sketch if column.get("numbers") == "f64" else kll_floats_sketch
+    return kind.deserialize(base64.b64decode(column["sketch"])).n  # type: ignore[arg-type]
 
 
 def test_a_baseline_from_a_batch_jobs_input_reads_it_as_the_job_does(client: TestClient, keys: dict[str, str], demo: Container, acme: Principal) -> None:

@@ -139,3 +139,53 @@ def test_the_unsplit_traffic_is_read_by_the_name_its_quality_is_given(client: Te
     named = client.get("/api/v1/deployments/iris/monitor?variant=default", headers=h).json()
     assert named["verdict"] == everything["verdict"] and named["quality"] == everything["quality"]
     assert named["windows"][0]["columns"] == everything["windows"][0]["columns"]
+
+
+@pytest.mark.parametrize(
+    ("elem", "baseline", "traffic"),
+    [
+        ("INT64", list(range(1_700_000_001, 1_700_000_601)), list(range(1_700_000_601, 1_700_001_201))),  # epoch seconds
+        ("DOUBLE", [1e39 * (1 + i / 600) for i in range(600)], [1e300] * 600),  # past 32-bit floats' range
+    ],
+)
+def test_numbers_are_sketched_as_they_are_sent(
+    client: TestClient, keys: dict[str, str], demo: Container, acme: Principal, elem: str, baseline: list[float], traffic: list[float]
+) -> None:
+    """Sketched as 32-bit floats, epoch seconds read back as 1700000640 for a baseline ending at
+    1700000600 (traffic all past it only partly out of range), and FP64 values past 3.4e38 as
+    infinities: no quantile at all, and traffic 10^261 times the baseline's read as no drift."""
+    from onnx import TensorProto
+
+    demo.models.push(acme, "nums", _identity(getattr(TensorProto, elem)))
+    h = auth(keys["acme"])
+    client.post("/api/v1/deployments", json={"name": "nums", "model": "nums"}, headers=h).raise_for_status()
+    made = client.put("/api/v1/deployments/nums/baseline", json={"inputs": baseline}, headers=h)
+    assert made.status_code == 200, made.text
+    column = made.json()["columns"]["x"]
+    assert (column["min"], column["max"]) == (min(baseline), max(baseline))
+    assert client.post("/api/v1/predictions", json={"deployment": "nums", "inputs": traffic}, headers=h).status_code == 200
+    window = client.get("/api/v1/deployments/nums/monitor", headers=h).json()["windows"][0]["columns"]["x"]
+    assert window["verdict"] != "ok" and window["out_of_range"] == 1.0, window
+
+
+def test_a_profile_written_with_32_bit_floats_still_reads_and_merges_with_one_of_doubles() -> None:
+    import base64
+
+    import datasketches as ds
+
+    from sluice.monitor.sketches import Column
+
+    old = ds.kll_floats_sketch(200)
+    old.update(np.arange(1000, dtype=np.float32))
+    written = {"kind": "number", "role": "input", "count": 1000, "missing": 0, "sketch": base64.b64encode(old.serialize()).decode()}
+    assert Column.from_dict(written).summary()["max"] == 999.0
+    wide = Column("number", "input")
+    wide.add(np.arange(2000, dtype=np.float64) + 2**25 + 1)  # whole numbers no 32-bit float holds
+    assert wide.to_dict()["numbers"] == "f64" and Column.from_dict(wide.to_dict()).summary()["max"] == 2**25 + 2000
+    for first, second in ((Column.from_dict(written), Column.from_dict(wide.to_dict())), (Column.from_dict(wide.to_dict()), Column.from_dict(written))):
+        first.merge(second)  # either way round
+        assert (first.sketch.n, first.sketch.get_min_value(), first.sketch.get_max_value()) == (3000, 0, 2**25 + 2000)
+    # Values a 32-bit float holds keep the sketch half the size (a window's 64 columns fit one DynamoDB item)
+    usual = Column("number", "input")
+    usual.add(np.random.default_rng(0).normal(size=1000))
+    assert "numbers" not in usual.to_dict()

@@ -74,6 +74,12 @@ class Column:
     def __post_init__(self) -> None:
         if self.sketch is None:
             ds = sketches()
+            # Numbers as 32-bit floats, and as doubles once a value is past what those hold
+            # exactly (`FLOAT_EXACT`): as floats an epoch second lost its last digits (1700000640
+            # read back for 1700000001…600) and an FP64 value past 3.4e38 became infinite (every
+            # quantile null, a drift of 0 for traffic 10^261 times the baseline's). Not doubles
+            # throughout: their sketch is twice the size, and a window's 64 columns of them would
+            # not fit the 400 KB of one DynamoDB item.
             self.sketch = ds.kll_floats_sketch(KLL_K) if self.kind == NUMBER else ds.frequent_strings_sketch(FREQUENT_LG_K)
 
     def add(self, values: np.ndarray, sample: np.ndarray | None = None) -> None:
@@ -81,10 +87,16 @@ class Column:
         import numpy as np
         self.count += len(values)
         if self.kind == NUMBER:
-            numbers = np.ascontiguousarray(values, dtype=np.float32)
+            numbers = np.ascontiguousarray(values, dtype=np.float64)
+            nan = np.isnan(numbers)
+            self.missing += int(np.count_nonzero(nan))
+            doubles = sketches().kll_doubles_sketch
+            if not isinstance(self.sketch, doubles) and not nan.all() and float(np.max(np.abs(numbers[~nan]))) > FLOAT_EXACT:
+                self.sketch = _doubles(self.sketch)
+            if not isinstance(self.sketch, doubles):
+                numbers = numbers.astype(np.float32)
             if not numbers.flags.writeable:  # a runtime's read-only answer (Triton's): the sketch takes writable buffers only
                 numbers = numbers.copy()
-            self.missing += int(np.count_nonzero(np.isnan(numbers)))
             self.sketch.update(numbers if sample is None else numbers[sample])  # NaN is left out by the sketch itself
             return
         if values.dtype.kind in "OSU":
@@ -107,6 +119,10 @@ class Column:
     def merge(self, other: Column) -> None:
         self.count += other.count
         self.missing += other.missing
+        if self.kind == NUMBER and type(self.sketch) is not type(other.sketch):  # one of them doubles: both
+            self.sketch = _doubles(self.sketch)
+            self.sketch.merge(_doubles(other.sketch))
+            return
         self.sketch.merge(other.sketch)
 
     @property
@@ -115,14 +131,20 @@ class Column:
 
     def to_dict(self) -> dict[str, Any]:
         body = base64.b64encode(self.sketch.serialize()).decode()
-        return {"kind": self.kind, "role": self.role, "count": self.count, "missing": self.missing, "sketch": body}
+        doc = {"kind": self.kind, "role": self.role, "count": self.count, "missing": self.missing, "sketch": body}
+        if self.kind == NUMBER and isinstance(self.sketch, sketches().kll_doubles_sketch):
+            doc["numbers"] = DOUBLES  # else (and in profiles written before) of 32-bit floats
+        return doc
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Column:
         ds = sketches()
         kind = data["kind"]
         raw = base64.b64decode(data["sketch"])
-        sketch = ds.kll_floats_sketch.deserialize(raw) if kind == NUMBER else ds.frequent_strings_sketch.deserialize(raw)
+        if kind != NUMBER:
+            sketch = ds.frequent_strings_sketch.deserialize(raw)
+        else:
+            sketch = (ds.kll_doubles_sketch if data.get("numbers") == DOUBLES else ds.kll_floats_sketch).deserialize(raw)
         return cls(kind, data["role"], int(data["count"]), int(data["missing"]), sketch)
 
     def summary(self) -> dict[str, Any]:
@@ -144,6 +166,33 @@ class Column:
         return out
 
 
+def _doubles(sketch: Any) -> Any:
+    """A numbers sketch as doubles: one of floats (a profile written before they were doubles)
+    made again from its retained items and their weights, which is what it summarizes."""
+    import numpy as np
+
+    ds = sketches()
+    if isinstance(sketch, ds.kll_doubles_sketch):
+        return sketch
+    made = ds.kll_doubles_sketch(KLL_K)
+    if sketch.is_empty():
+        return made
+    items = sorted(sketch)  # (item, weight): a compacted item stands for 2^level values
+    # Its exact least and greatest values stand for one value each of the items at the ends,
+    # which compaction may have left out: the range reads as it did.
+    ends = [sketch.get_min_value(), sketch.get_max_value()] if sketch.n > 1 else [sketch.get_min_value()]
+    items[0] = (items[0][0], items[0][1] - 1)
+    if len(ends) == 2:
+        items[-1] = (items[-1][0], items[-1][1] - 1)
+    made.update(np.asarray(ends, dtype=np.float64))
+    for item, weight in items:
+        while weight > 0:
+            part = min(weight, 1 << 16)
+            made.update(np.full(part, item, dtype=np.float64))
+            weight -= part
+    return made
+
+
 def frequent(sketch: Any) -> list[tuple[str, int]]:
     """A frequent-items sketch's items and their estimated counts, most frequent first."""
     ds = sketches()
@@ -163,6 +212,8 @@ def _empty(values: np.ndarray) -> int:
 
 
 TEXT = (str, bytes, type(None))
+DOUBLES = "f64"  # a numbers column's sketch: KLL of doubles (absent: of 32-bit floats)
+FLOAT_EXACT = float(1 << 24)  # past this a 32-bit float holds no longer every whole number
 
 
 def _tally(values: np.ndarray) -> dict[str, int] | None:
