@@ -20,6 +20,8 @@ A request's options are checked against its mode before anything is made
 
 from __future__ import annotations
 
+import math
+
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -270,8 +272,8 @@ class EndpointService:
             variant = state.variant(key)
             if variant is None:
                 raise BadRequest(f"no variant '{key}'; the endpoint has {[v.label for v in state.variants]}", field=f"weights.{key}")
-            if not isinstance(weight, int | float) or isinstance(weight, bool) or weight < 0:
-                raise BadRequest("a weight is a number of 0 or more", field=f"weights.{key}")
+            if not isinstance(weight, int | float) or isinstance(weight, bool) or not 0 <= weight < math.inf:  # NaN too
+                raise BadRequest("a weight is a finite number of 0 or more", field=f"weights.{key}")
             out[variant.name] = float(weight)
         if out:
             total = sum(out.get(v.name, v.desired_weight or 0.0) for v in state.variants)

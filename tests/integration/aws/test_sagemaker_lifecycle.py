@@ -16,6 +16,7 @@ import boto3
 import pytest
 
 from sluice.domain import Principal
+from sluice.domain.errors import BadRequest
 from sluice.endpoints.names import digest, endpoint_name
 from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.runtimes.sagemaker_target import EndpointTarget
@@ -411,6 +412,22 @@ def test_bad_scale_requests_are_400(world: World) -> None:
         r = world.client.put("/api/v1/deployments/ranker/scale", json=body, headers=auth(world.keys["acme"]))
         assert (r.status_code, r.json()["field"]) == (400, field), (body, r.text)
         assert words in r.json()["error"], (body, r.text)
+    assert not [c for c in world.calls if c.startswith(("Update", "Register", "Put"))]  # nothing changed
+
+
+@pytest.mark.parametrize("weight", ["NaN", "Infinity", "-Infinity"])
+def test_a_weight_that_is_not_finite_is_refused_before_the_endpoint_changes(world: World, weight: str) -> None:
+    """The body's float took "NaN" and "Infinity" and the weight check let NaN through: the
+    endpoint was weighted NaN before the policy refused the same number, naming a field the
+    caller never sent. Refused, naming the weight, by the API and by the service the CLI calls."""
+    _deployment(world, SPLIT)
+    _deploy(world, {"instance_type": "ml.g4dn.xlarge"})
+    world.calls.clear()
+    r = world.client.put("/api/v1/deployments/ranker/scale", json={"weights": {"blue": weight, "green": 0.5}}, headers=auth(world.keys["acme"]))
+    assert r.status_code in (400, 422) and r.json()["field"] == "weights.blue", r.text
+    with pytest.raises(BadRequest) as refused:
+        world.container.endpoints.set_weights(ACME, "ranker", {"blue": float(weight.lower().replace("infinity", "inf")), "green": 0.5})
+    assert refused.value.field == "weights.blue"
     assert not [c for c in world.calls if c.startswith(("Update", "Register", "Put"))]  # nothing changed
 
 

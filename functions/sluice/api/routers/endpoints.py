@@ -7,7 +7,7 @@ service: an option of another mode, or a combination SageMaker refuses, is a 422
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
@@ -27,7 +27,7 @@ class EndpointCreate(WireModel):
     min_instances: int | None = Field(None, ge=0, description="Autoscaling floor per variant (1 or more).")
     max_instances: int | None = Field(None, ge=1, description="Autoscaling ceiling per variant.")
     target_invocations_per_instance: float | None = Field(
-        None, gt=0, description="Autoscaling target: SageMakerVariantInvocationsPerInstance per minute (default 100)."
+        None, gt=0, allow_inf_nan=False, description="Autoscaling target: SageMakerVariantInvocationsPerInstance per minute (default 100)."
     )
     triton_version: str | None = Field(None, description="SageMaker Triton image version (default: the service's).")
     max_batch_size: int | None = Field(
@@ -43,16 +43,16 @@ class EndpointCreate(WireModel):
     error_topic: str | None = Field(None, description="async: SNS topic ARN told of each error.")
     create_topics: bool = Field(False, description="async: make two encrypted SNS topics for it (deleted at undeploy).")
     max_concurrent_invocations: int | None = Field(None, ge=1, le=1000, description="async: requests one instance works on at once (default 4).")
-    backlog_per_instance: float | None = Field(None, gt=0, description="async autoscaling: ApproximateBacklogSizePerInstance to hold (default 5).")
+    backlog_per_instance: float | None = Field(None, gt=0, allow_inf_nan=False, description="async autoscaling: ApproximateBacklogSizePerInstance to hold (default 5).")
     copies: int | dict[str, int] | None = Field(
         None, description="components: copies of each version at creation, or by the policy's variant names (default 1)."
     )
     min_copies: int | None = Field(None, ge=0, description="components autoscaling: fewest copies (default 0: scale to zero).")
     max_copies: int | None = Field(None, ge=1, description="components autoscaling: most copies (default: the most asked for).")
     invocations_per_copy: float | None = Field(
-        None, gt=0, description="components autoscaling: SageMakerInferenceComponentInvocationsPerCopy to hold (default 50)."
+        None, gt=0, allow_inf_nan=False, description="components autoscaling: SageMakerInferenceComponentInvocationsPerCopy to hold (default 50)."
     )
-    cpus: float | None = Field(None, ge=0.25, description="components: CPU cores one copy needs.")
+    cpus: float | None = Field(None, ge=0.25, allow_inf_nan=False, description="components: CPU cores one copy needs.")
     memory_mb: int | None = Field(None, ge=128, description="components: memory one copy needs (default 4096).")
     gpus: int | None = Field(None, ge=0, description="components: GPUs one copy needs (default 1 on a GPU instance).")
     fallback: Literal["in_process"] | None = Field(
@@ -64,9 +64,9 @@ class EndpointScale(WireModel):
     min_instances: int | None = Field(None, ge=0)
     max_instances: int | None = Field(None, ge=1)
     desired_instances: int | None = Field(None, ge=0, description="Instances now (within the autoscaling range).")
-    target_invocations_per_instance: float | None = Field(None, gt=0)
+    target_invocations_per_instance: float | None = Field(None, gt=0, allow_inf_nan=False)
     variant: str | None = Field(None, description="Apply capacity changes to this variant only (default: every one).")
-    weights: dict[str, float] | None = Field(None, description="New weight per variant, by the policy's variant names.")
+    weights: dict[str, Annotated[float, Field(allow_inf_nan=False)]] | None = Field(None, description="New weight per variant, by the policy's variant names.")
 
 
 def _call(endpoints: EndpointsDep, method: str, *args: Any) -> Any:
