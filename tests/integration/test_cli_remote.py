@@ -172,6 +172,10 @@ def two_ways(demo: Container, acme: Principal) -> Iterator[tuple[str, str]]:
         ("iris", ["--v2", "--version", "1"], V2),
         ("iris-split", ["--v2", "--variant", "one"], V2),
         ("iris-split", ["--v2"], {**V2, "parameters": {"routing_key": "user-7"}}),
+        ("iris", ["--v2"], {**V2, "outputs": [{"name": "output_label"}]}),
+        ("iris", ["--v2"], {**V2, "outputs": [{"name": "output_probability", "parameters": {"classification": 2}}]}),
+        ("iris", ["--v2"], {**V2, "outputs": [{"name": "no_such_output"}]}),
+        ("iris", ["--v2"], {**V2, "id": "mine"}),
     ],
 )
 def test_a_prediction_is_the_same_in_this_process_and_through_the_api(

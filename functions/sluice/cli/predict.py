@@ -55,12 +55,20 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.v2:
         from sluice.types.v2 import InferenceRequest
 
+        from sluice.codecs.classification import asked
+
         parsed = _checked(InferenceRequest, body)
         params = parsed.parameters or {}
+        if params.get("upload_id") is not None:
+            raise SluiceError("--file names an upload (parameters.upload_id), which only an API reads: give its inputs, or --api", field="file.parameters.upload_id")
+        # The outputs asked for, and their classification, as the API reads them (`sluice.api.predict.infer`)
+        wanted = tuple(out.name for out in parsed.outputs) if parsed.outputs else None
+        classify = asked((out.name, out.parameters) for out in parsed.outputs) if parsed.outputs else None
         request = PredictionRequest(
             deployment=args.deployment,
             inputs=TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in parsed.inputs)),
-            version=args.version, variant=params.get("variant"), routing_key=routing_key_of(params), parameters=params or None,
+            version=args.version, outputs=wanted, classify=classify, variant=params.get("variant"),
+            routing_key=routing_key_of(params), parameters=params or None,
         )  # fmt: skip
     else:
         from sluice.types.api import PredictionRequest as Body
@@ -78,7 +86,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     prediction = asyncio.run(predictions.predict(operator(args), request))
     pieces.settle()  # a short-lived process: let mirrors finish, captured requests be written
     if args.v2:
-        print_json(v2_body(prediction, request_id=None, wanted=None))
+        print_json(v2_body(prediction, request_id=parsed.id, wanted=wanted, classify=classify))
     else:
         print_json(plain_body(prediction, several=plain.batch is not None, return_probabilities=plain.options.return_probabilities))
     return 0
