@@ -53,9 +53,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     body = flags.applied(load_json_arg(f"@{path}", "file") if path is not None else dict(given), args.deployment, v2=args.v2)
     predictions = pieces.predictions()
     if args.v2:
-        from sluice.types.v2 import InferenceRequest
-
         from sluice.codecs.classification import asked
+        from sluice.types.v2 import InferenceRequest
 
         parsed = _checked(InferenceRequest, body)
         params = parsed.parameters or {}

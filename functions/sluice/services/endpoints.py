@@ -20,9 +20,8 @@ A request's options are checked against its mode before anything is made
 
 from __future__ import annotations
 
-import math
-
 import logging
+import math
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain.errors import BadRequest, Conflict, NotFound, Unprocessable
