@@ -335,6 +335,50 @@ def test_a_candidate_that_answers_nothing_is_rolled_back_whatever_the_gates(wher
         assert evaluate(rollout, gate_metrics(counters), now=1e9).action == "hold"
 
 
+def test_a_failing_rate_gate_rolls_back_while_comparisons_lag() -> None:
+    """Once the candidate has its minimum, an error_rate gate that fails is failing beyond the
+    comparisons an agreement gate still waits for (a low mirror_percent): it held, its share of
+    users failing, until enough comparisons came."""
+    from sluice.domain.rollouts import Rollout, evaluate
+    from sluice.stats.histogram import bucket_name
+    from sluice.stats.verdicts import gate_metrics
+
+    rollout = Rollout(
+        model="iris", version=2, stable={"kind": "single", "model": "iris", "version": 1},
+        steps=(5.0, 100.0), every_s=60.0, gates="agreement>=0.9,error_rate<=0.05", min_requests=10,
+    )  # fmt: skip
+    counters = {
+        "variant:candidate": {"requests": 40, "errors": 20, bucket_name(2.0): 20},
+        "variant:stable": {"requests": 760, bucket_name(2.0): 760},
+        "mirror:stable/candidate": {"requests": 3, "compared": 3, "labelled": 3, "agree": 3},
+    }
+    decision = evaluate(rollout, gate_metrics(counters), now=1e9)
+    assert decision.action == "rollback" and "error_rate<=0.05 fails" in decision.reason, decision
+    counters["variant:candidate"] = {"requests": 40, "errors": 1, bucket_name(2.0): 39}  # passing: it waits for them
+    assert evaluate(rollout, gate_metrics(counters), now=1e9).action == "hold"
+
+
+@pytest.mark.parametrize(("stable_refuses", "action"), [(False, "rollback"), (True, "hold")])
+def test_a_candidate_whose_model_refuses_every_input_is_rolled_back_unless_the_stable_does_too(stable_refuses: bool, action: str) -> None:
+    """A caller's bad request is refused before a variant is chosen: a variant's refusals are its
+    model's. One refusing all of its requests while the stable answered was held for ever, its
+    share of users refused, by a gate that could never get a value."""
+    from sluice.domain.rollouts import Rollout, evaluate
+    from sluice.stats.histogram import bucket_name
+    from sluice.stats.verdicts import gate_metrics
+
+    rollout = Rollout(
+        model="iris", version=2, stable={"kind": "single", "model": "iris", "version": 1},
+        steps=(50.0, 100.0), every_s=60.0, gates="p99_ratio<=1.5", min_requests=30,
+    )  # fmt: skip
+    stable = {"requests": 30, "errors": 30, "invalid_inputs": 30} if stable_refuses else {"requests": 30, bucket_name(2.0): 30}
+    counters = {"variant:candidate": {"requests": 30, "errors": 30, "invalid_inputs": 30}, "variant:stable": stable}
+    decision = evaluate(rollout, gate_metrics(counters), now=1e9)
+    assert decision.action == action, decision
+    if action == "rollback":
+        assert "answered none of its 30 requests" in decision.reason
+
+
 def test_a_named_alarm_rolls_back(twin: Container, acme: Principal, clock: Clock) -> None:
     alarms = FiringAlarms(set())
     service = RolloutService(twin.registry, twin.deployments, clock=clock, alarms=alarms)

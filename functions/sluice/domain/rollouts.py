@@ -339,10 +339,18 @@ def evaluate(rollout: Rollout, metrics: dict[str, Any], now: float) -> Decision:
     # ever gets a value from it, and the step would hold with its share of users failing.
     mirrored = metrics.get("mirrored", 0)
     errors, refused = metrics.get("candidate_errors", 0), metrics.get("candidate_invalid_inputs", 0)
-    none_answered = n >= need and errors >= n and refused < errors  # not the callers' inputs alone: the stable refuses those too
+    # Its refusals of the inputs are its model's (a caller's bad request is refused before a
+    # variant is chosen), unless the stable refused all of its own too: callers sending nothing
+    # either could answer.
+    stable_answered = metrics.get("stable_requests", 0) > metrics.get("stable_errors", 0)
+    none_answered = n >= need and errors >= n and (refused < errors or stable_answered)
     if none_answered or (mirrored >= need and metrics.get("mirror_errors", 0) >= mirrored):
         what = f"{n} requests" if none_answered else f"{mirrored} mirrored requests"
         return Decision("rollback", f"the candidate answered none of its {what}", numbers)
+    if n >= need:  # a gate on the candidate's own counts that fails is not waiting for comparisons
+        failing = [str(g) for g in gates if g.metric in RATE_COUNTS and results[str(g)]["passes"] is False]
+        if failing:
+            return Decision("rollback", f"gate {', '.join(failing)} fails", numbers)
     compared_needed = any(g.metric in ("agreement", "mean_abs_diff") for g in gates)
     if n < need or (compared_needed and metrics["compared"] < need):
         have = f"{n} of {need} candidate requests" + (

@@ -43,7 +43,7 @@ def compare(
         b = np.asarray(mirror.outputs[m_label.name]).reshape(-1)
         if a.shape == b.shape:
             sums["labelled"] = float(a.size)
-            sums["agree"] = float(np.sum(a.astype(str) == b.astype(str)))
+            sums["agree"] = float(agreeing(a, b))
     diffs = _differences(primary_sig, primary, mirror_sig, mirror)
     if diffs:
         with np.errstate(over="ignore", invalid="ignore"):  # a square past float64's largest: not finite, left out
@@ -110,3 +110,14 @@ def _by_row(d: np.ndarray) -> np.ndarray:
     if d.ndim == 0:
         return d.reshape(1, 1)
     return d.reshape(d.shape[0], int(np.prod(d.shape[1:])))
+
+
+def agreeing(a: np.ndarray, b: np.ndarray) -> int:
+    """How many labels of `a` name the class `b`'s do, by the rule monitoring compares a
+    prediction with its label (`class_word`): 1 and 1.0 are one class (as text they were two,
+    and a candidate whose label output is a float disagreed with every row of its stable)."""
+    if a.dtype.kind in "biuf" and b.dtype.kind in "biuf":
+        return int(np.count_nonzero(a == b))
+    from sluice.monitor.quality import class_word
+
+    return sum(class_word(x) == class_word(y) for x, y in zip(a.tolist(), b.tolist(), strict=True))

@@ -121,7 +121,7 @@ def class_word(value: Any) -> str:
     """A class as predictions and labels are compared: text, a whole number as one is written
     (a model's float label 1.0 and a posted label 1 or "1" are one class)."""
     if isinstance(value, bytes):
-        return value.decode()
+        return value.decode("utf-8", "surrogateescape")  # two byte strings are two classes, whatever they hold
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)

@@ -99,6 +99,7 @@ def gate_metrics(counters: dict[str, dict[str, float]]) -> dict[str, Any]:
         "mirrored": int(mirror_counters.get("requests", 0)),
         "mirror_errors": int(mirror_counters.get("errors", 0)),
         "stable_requests": stable["requests"],
+        "stable_errors": stable["errors"],
         "compared": compared["compared"],
         "labelled_rows": int(labelled),
         "agreement": compared["agreement"],
