@@ -26,42 +26,49 @@ if TYPE_CHECKING:
     from sluice.wiring import Container
 
 
-def _labelled(client: TestClient, key: str, demo: Container, deployment: str, inputs: list[Any], truth: list[Any]) -> dict[str, Any]:
-    """`inputs` predicted as one request, each row labelled with `truth`: the window's quality."""
+def _labelled(
+    client: TestClient, key: str, demo: Container, deployment: str, inputs: list[Any], truth: list[Any], *, one_by_one: bool = False
+) -> dict[str, Any]:
+    """`inputs` predicted as one request (or a request a row), each row labelled with `truth`:
+    the window's quality."""
     h = auth(key)
-    r = client.post("/api/v1/predictions", json={"deployment": deployment, "inputs": inputs, "request_id": "r1"}, headers=h)
-    assert r.status_code == 200, r.text
+    for i, part in enumerate([[row] for row in inputs] if one_by_one else [inputs]):
+        r = client.post("/api/v1/predictions", json={"deployment": deployment, "inputs": part, "request_id": f"r{i}"}, headers=h)
+        assert r.status_code == 200, r.text
     demo.predictions.kept.flush()
-    labels = [{"request_id": "r1", "row": i, "label": t} for i, t in enumerate(truth)]
+    labels = [{"request_id": f"r{i}", "row": 0, "label": t} for i, t in enumerate(truth)] if one_by_one else [
+        {"request_id": "r0", "row": i, "label": t} for i, t in enumerate(truth)
+    ]  # fmt: skip
     r = client.post(f"/api/v1/deployments/{deployment}/labels", json={"labels": labels}, headers=h)
     assert r.status_code == 200, r.text
     return client.get(f"/api/v1/deployments/{deployment}/monitor", headers=h).json()["quality"][0]
 
 
-@pytest.mark.parametrize("classes", [(0, 1), (1, 2), ("no", "yes")])
+@pytest.mark.parametrize("one_by_one", [False, True])
+@pytest.mark.parametrize("classes", [(0, 1), (1, 2), (0, 2), ("no", "yes")])
 def test_a_classifier_exported_without_zipmap_is_never_scored_against_the_wrong_class(
-    client: TestClient, keys: dict[str, str], demo: Container, acme: Principal, classes: tuple[Any, Any]
+    client: TestClient, keys: dict[str, str], demo: Container, acme: Principal, classes: tuple[Any, Any], one_by_one: bool
 ) -> None:
     """Its probabilities have no class names. Taking the columns for "0" and "1" gave the model
     of classes 1 and 2 an AUC of 1 - AUC and the first class's precision, and the one of "no"
-    and "yes" none at all."""
+    and "yes" none at all; a request of one row predicting 0 could not tell 0 and 1 from 0 and 2."""
     from skl2onnx import to_onnx
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import precision_score, recall_score, roc_auc_score
 
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(700, 2)).astype(np.float32)
-    truth = np.where(x[:, 0] + 0.8 * x[:, 1] + rng.normal(size=700) > 0, classes[1], classes[0])
+    x = rng.normal(size=(460, 2)).astype(np.float32)
+    truth = np.where(x[:, 0] + 0.8 * x[:, 1] + rng.normal(size=460) > 0, classes[1], classes[0])
     model = LogisticRegression().fit(x[:400], truth[:400])
     demo.models.push(acme, "bin", to_onnx(model, x[:1], options={id(model): {"zipmap": False}}, target_opset=17).SerializeToString())
     demo.predictions.kept.mode = "all"
     client.post("/api/v1/deployments", json={"name": "bin", "model": "bin"}, headers=auth(keys["acme"])).raise_for_status()
     test, said = x[400:], model.predict(x[400:])
-    quality = _labelled(client, keys["acme"], demo, "bin", test.tolist(), [t.item() for t in truth[400:]])
+    quality = _labelled(client, keys["acme"], demo, "bin", test.tolist(), [t.item() for t in truth[400:]], one_by_one=one_by_one)
     # The later class, as scikit-learn's positive class by default
     assert quality["precision"] == pytest.approx(precision_score(truth[400:], said, pos_label=classes[1]))
     assert quality["recall"] == pytest.approx(recall_score(truth[400:], said, pos_label=classes[1]))
-    if classes == (0, 1):  # the label output says each column's index: the scores are the second class's
+    if classes == (0, 1) and not one_by_one:  # the rows show each column's index: the scores are the second class's
         assert quality["auc"] == pytest.approx(roc_auc_score(truth[400:] == 1, model.predict_proba(test)[:, 1]), abs=0.01)
     else:
         assert quality["auc"] is None  # none, rather than a wrong one

@@ -93,7 +93,9 @@ def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] |
 
 def _indexed(label: Any, probs: Any) -> bool:
     """Whether the label output names each row's class by its column: every row whose highest
-    probability is its alone says that column's index (at least one row does)."""
+    probability is its alone says that column's index, and the request has such a row for every
+    column (one that showed only column 0 as "0" could not tell classes 0 and 1 from 0 and 2:
+    taken as indices, a model of 0 and 2 had "1" for its positive class)."""
     import numpy as np
 
     if label.size != len(label) or len(label) != len(probs) or probs.shape[1] < 2:
@@ -103,7 +105,8 @@ def _indexed(label: Any, probs: Any) -> bool:
     if not clear.any():
         return False
     said = [_word(v) for v in label.reshape(-1)[clear].tolist()]
-    return said == [str(i) for i in np.argmax(probs[clear], axis=1).tolist()]
+    columns = np.argmax(probs[clear], axis=1).tolist()
+    return said == [str(i) for i in columns] and len(set(columns)) == probs.shape[1]
 
 
 def finite(value: Any) -> bool:
