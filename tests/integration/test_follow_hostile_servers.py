@@ -84,11 +84,14 @@ def test_a_server_answering_what_nobody_foresaw_fails_its_binding_alone(
     assert kept.error is not None or kept.history[-1].outcome == "conversion_failed"
 
 
-def test_an_answer_sent_a_byte_at_a_time_is_cut_at_its_deadline() -> None:
+@pytest.mark.parametrize("refused", [False, True])
+def test_an_answer_sent_a_byte_at_a_time_is_cut_at_its_deadline(refused: bool) -> None:
     """The timeout bounds each wait for bytes; a server sending one a little faster held a call,
-    and so the poll of every binding, as long as it liked."""
+    and so the poll of every binding, as long as it liked: an answer's body, or an error's."""
     registry = Registry()
     registry.drip_s = 20.0
+    if refused:
+        registry.fail_with = (404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "x" * 2000})
     with serving(registry) as server:
         rest = MlflowRest(allowed=parse_allowlist([url(server)], field="x"), credentials=lambda t: None, reads=lambda f: None, timeout_s=1.0)
         follow = Follow(

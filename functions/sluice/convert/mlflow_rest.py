@@ -236,21 +236,18 @@ class _Calls:
         # for each MiB the answer may hold.
         budget = self.rest.timeout_s + limit / (1 << 20)
         deadline = time.monotonic() + budget
+        def late(got: int) -> Unavailable:
+            return Unavailable(f"{shown} sent {path} too slowly: {got} bytes in its {budget:.0f} s", field="tracking_uri", poll_error="unreachable")
+
         try:
             with _OPENER.open(request, timeout=self.rest.timeout_s) as answer:
-                body = bytearray()
-                while len(body) <= limit:
-                    chunk = answer.read1(min(1 << 16, limit + 1 - len(body)))
-                    if not chunk:
-                        break
-                    body += chunk
-                    if time.monotonic() > deadline:
-                        raise Unavailable(
-                            f"{shown} sent {path} too slowly: {len(body)} bytes in its {budget:.0f} s",
-                            field="tracking_uri", poll_error="unreachable",
-                        )  # fmt: skip
+                body = _bounded(answer, limit + 1, deadline, late)
         except urllib.error.HTTPError as exc:
-            raise _refusal(exc, shown, path, self.scrub) from None
+            try:  # its body as bounded as an answer's: a server dripping an error's held the poll too
+                said = _bounded(exc, 64 * 1024, deadline, late)
+            except (OSError, AttributeError):  # no body, or one cut off
+                said = b""
+            raise _refusal(exc, said, shown, path, self.scrub) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", None) or type(exc).__name__
             raise Unavailable(self.scrub(f"cannot reach {shown}: {reason}"), field="tracking_uri", poll_error="unreachable") from None
@@ -262,11 +259,25 @@ class _Calls:
         return self.credentials.scrub(text) if self.credentials is not None else text
 
 
-def _refusal(exc: urllib.error.HTTPError, shown: str, path: str, scrub: Callable[[str], str]) -> SluiceError:
+def _bounded(stream: Any, limit: int, deadline: float, late: Callable[[int], SluiceError]) -> bytes:
+    """At most `limit` bytes of `stream`, read as they come, `late` raised once `deadline` is
+    past: the timeout bounds each wait for bytes, not a server sending one a little faster."""
+    body = bytearray()
+    while len(body) < limit:
+        chunk = stream.read1(min(1 << 16, limit - len(body)))
+        if not chunk:
+            break
+        body += chunk
+        if time.monotonic() > deadline:
+            raise late(len(body))
+    return bytes(body)
+
+
+def _refusal(exc: urllib.error.HTTPError, said: bytes, shown: str, path: str, scrub: Callable[[str], str]) -> SluiceError:
     from sluice.convert.mlflow_models import names_nothing
 
     try:
-        answer = json.loads(exc.read(64 * 1024) or b"{}")
+        answer = json.loads(said or b"{}")
     except ValueError:
         answer = {}
     if not isinstance(answer, dict):
