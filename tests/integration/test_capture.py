@@ -364,6 +364,29 @@ def test_a_graph_redacts_the_features_its_callers_send(demo: Container, client: 
     assert record["inputs"]["raw"]["data"] == [None, 3.1, None, 1.8] and record["redacted"] == ["ssn", "cc"]
 
 
+@pytest.mark.parametrize("route", ["/v2/models/seq/versions/1/infer", "/api/v1/predictions"])
+def test_a_request_pinning_a_version_writes_no_value_a_redacted_name_may_be(
+    demo: Container, client: TestClient, acme: Principal, keys: dict[str, str], settings: Any, route: str
+) -> None:
+    """Pinning a version skips the transform whose features the setting names: the model's own
+    input has other names (or none), and the redacted feature was written in clear."""
+    step = {"kind": "transform", "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 4], "feature_names": ["ssn", "b", "cc", "d"]}], "ops": [{"op": "clip", "input": "input", "min": -1e9, "max": 1e9}]}
+    policy = {"kind": "sequence", "steps": [{"name": "prep", "target": step}, {"name": "model", "target": {"kind": "single", "model": "iris", "version": 1}}]}
+    demo.deployments.create(acme, "seq", policy, capture={"sample_percent": 100, "redact": ["ssn"]})
+    row = [123456789.0, 3.1, 4.2, 1.8]
+    body = (
+        {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": row}]} if route.startswith("/v2")
+        else {"deployment": "seq", "inputs": [row], "version": 1}
+    )  # fmt: skip
+    r = client.post(route, json=body, headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+    assert demo.capture is not None and demo.capture.drain()
+    (line,) = [line for f in (settings.home_path / "capture").rglob("*.jsonl") for line in f.read_text().splitlines()]
+    assert "123456789" not in line and "1.23456789e" not in line.lower()
+    record = json.loads(line)
+    assert "data" not in record["inputs"]["input"] and record["redacted"] == ["input"]
+
+
 def test_redacted_features_are_not_written_through_an_exposed_step_output(demo: Container, client: TestClient, acme: Principal, keys: dict[str, str], settings: Any) -> None:
     """A sequence that exposes its transform's output (`prep.input`: the caller's `raw`,
     renamed), and one more that renames that output again after the sequence: with features

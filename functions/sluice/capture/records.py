@@ -36,11 +36,17 @@ def encode_inputs(
     what its last model takes; the answer's signature where not given."""
     hidden = set(redact)
     names = {spec.name: spec.feature_names for spec in (answer.signature.inputs if inputs is None else inputs)}
+    # A name to redact that no input here carries, as a tensor or as a column (a request pinning
+    # a version skips the transform whose features the setting names: the model's inputs are
+    # named otherwise, or not at all): nothing can tell which values are its, so no input's
+    # values are written. It was written in clear.
+    found = set(arrays) | {f for name, array in arrays.items() if array.ndim == 2 for f in (names.get(name) or ()) if len(names.get(name) or ()) == array.shape[1]}
+    whole = bool(hidden - found)
     out: dict[str, Any] = {}
     redacted: list[str] = []
     for name, array in arrays.items():
         item: dict[str, Any] = {"datatype": v2_of_numpy(array.dtype), "shape": list(array.shape)}
-        if name in hidden:
+        if whole or name in hidden:
             redacted.append(name)
             out[name] = item
             continue
