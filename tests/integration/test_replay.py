@@ -93,6 +93,39 @@ def test_every_captured_row_is_scored_or_failed_with_its_reason(shadowed: Contai
     assert out["scored_rows"] + out["failed_rows"] == out["rows"]
 
 
+ILL_FORMED = {
+    "rows as text": ({"rows": "one"}, 0),
+    "rows below zero": ({"rows": -5}, 0),
+    "inputs a list": ({"inputs": [1, 2]}, 1),
+    "a tensor's shape of text": ({"inputs": {"input": {"datatype": "FP32", "shape": ["x", 4], "data": []}}}, 1),
+    "version a list": ({"version": [1]}, 1),
+    "revision as text": ({"revision": "three"}, 1),
+    "model a number": ({"model": 7}, 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ILL_FORMED))
+def test_a_record_of_the_wrong_shape_is_counted_unreadable_and_the_replay_goes_on(
+    shadowed: Container, acme: Principal, keys: dict[str, str], settings: Any, case: str
+) -> None:
+    """A captured line that parses but is not a record's shape stopped the whole replay (a 500,
+    no verdict for the good ones) or counted negative rows."""
+    client = TestClient(create_app(shadowed), raise_server_exceptions=False)
+    rows = _traffic(client, keys["acme"], 3)
+    assert shadowed.capture is not None and shadowed.capture.drain()
+    (written,) = (settings.home_path / "capture").rglob("*.jsonl")
+    good = json.loads(written.read_text().splitlines()[0])
+    changes, failed = ILL_FORMED[case]
+    with written.open("a") as f:
+        f.write(json.dumps({**good, **changes}) + "\n")
+    r = client.post("/api/v1/deployments/iris/replay", json={"since": "1h", "against": "iris:2"}, headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["records"] == 4 and out["scored_rows"] == rows
+    assert out["failures"] == ({"unreadable record": good["rows"]} if failed else {})
+    assert out["rows"] == rows + failed * good["rows"] and out["scored_rows"] + out["failed_rows"] == out["rows"]
+
+
 def test_a_deployment_made_again_replays_none_of_the_old_ones_requests(shadowed: Container, acme: Principal, keys: dict[str, str]) -> None:
     """Capture is kept under the deployment's name: requests captured for a deployment deleted
     before this one was made under it are not this one's, to replay or to take a baseline from."""

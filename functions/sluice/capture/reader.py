@@ -93,7 +93,44 @@ def _lines(text: str | bytes, since: float, until: float) -> Iterator[dict[str, 
             yield {"unreadable": bytes(line[:200]).decode("utf-8", "replace") if isinstance(line, bytes) else line[:200]}
             continue
         if low <= at < high:
+            wrong = _ill_formed(record)
+            if wrong is not None:  # read as what it is not, it stopped a whole replay (a 500) or counted negative rows
+                shown = bytes(line[:200]).decode("utf-8", "replace") if isinstance(line, bytes) else line[:200]
+                rows = record.get("rows")
+                yield {"unreadable": f"{wrong}: {shown}", **({"rows": rows} if _count(rows) else {})}
+                continue
             yield record
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _ill_formed(record: Any) -> str | None:
+    """What is wrong with a captured record's shape, if anything: checked once as it is read, so
+    every reader (replay, monitoring from capture) takes only records of the shape it expects."""
+    if not isinstance(record, dict):
+        return "not an object"
+    if "rows" in record and not _count(record["rows"]):
+        return "rows is not a count"
+    for name in ("version", "revision"):
+        if record.get(name) is not None and type(record[name]) is not int:
+            return f"{name} is not a whole number"
+    for name in ("model", "variant"):
+        if record.get(name) is not None and not isinstance(record[name], str):
+            return f"{name} is not text"
+    for part in ("inputs", "outputs"):
+        tensors = record.get(part)
+        if tensors is None:
+            continue
+        if not isinstance(tensors, dict):
+            return f"{part} is not an object of tensors"
+        for tensor in tensors.values():
+            if not isinstance(tensor, dict) or not isinstance(tensor.get("datatype"), str) or not (
+                isinstance(tensor.get("shape"), list) and all(_count(d) for d in tensor["shape"])
+            ) or ("data" in tensor and not isinstance(tensor["data"], list)):
+                return f"{part} holds a tensor that is not one"
+    return None
 
 
 def _stamp(at: float) -> str:
