@@ -85,6 +85,66 @@ def test_a_classifier_of_ml_operators_says_why_candidates_do_not_apply(demo: Con
     assert report["triton"]["tensorrt_fp16"]["use"] is False
 
 
+def _argmax_network(labels: int = 1) -> bytes:
+    """Three MatMuls and an ArgMax: an int64 `label` output alone (or `labels` a row, several
+    heads), the label a quantized candidate changes on a few rows in a hundred."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.normal(0, 1, shape).astype(np.float32), f"w{i}") for i, shape in enumerate([(32, 256), (256, 256), (256, 10 * labels)])]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w0"], ["h0"]), helper.make_node("Relu", ["h0"], ["r0"]),
+        helper.make_node("MatMul", ["r0", "w1"], ["h1"]), helper.make_node("Relu", ["h1"], ["r1"]),
+        helper.make_node("MatMul", ["r1", "w2"], ["logits"]),
+    ]  # fmt: skip
+    if labels == 1:
+        nodes.append(helper.make_node("ArgMax", ["logits"], ["label"], axis=1, keepdims=0))
+        out = helper.make_tensor_value_info("label", TensorProto.INT64, ["batch"])
+    else:
+        shape = helper.make_tensor("heads", TensorProto.INT64, [3], [0, labels, 10])
+        nodes += [helper.make_node("Constant", [], ["shape"], value=shape), helper.make_node("Reshape", ["logits", "shape"], ["split"]),
+                  helper.make_node("ArgMax", ["split"], ["label"], axis=2, keepdims=0)]  # fmt: skip
+        out = helper.make_tensor_value_info("label", TensorProto.INT64, ["batch", labels])
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])], [out], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+@pytest.mark.parametrize("labels", [1, 3])
+def test_a_network_answering_its_class_alone_is_held_to_its_label_agreement(container: Container, acme: Principal, labels: int) -> None:
+    """Its only output is its label: no agreement was measured, so every candidate was within
+    the budget (a quantized one changing 3.5% of labels recommended "within min agreement 0.99");
+    several labels a row were counted by element, an agreement of 3.0 that failed the interval."""
+    import onnxruntime as ort
+
+    from sluice.optimize.candidates import build_candidates
+
+    data = _argmax_network(labels)
+    container.models.push(acme, "clf", data)
+    rows = {"x": np.random.default_rng(1).normal(0, 1, (1200, 32)).astype(np.float32)}
+    kinds = ("int8-dynamic", "int8-static")
+    report = container.optimizer.run(acme, OptimizeRequest("clf", 1, Budget(), kinds=kinds, timing=FAST, tune=False), rows)
+    by = {r["candidate"]: r for r in report["candidates"]}
+    ev = rows["x"][200:]
+    want = ort.InferenceSession(data).run(None, {"x": ev})[0]
+    for made in build_candidates(data, calibration={"x": rows["x"][:200]}, kinds=kinds):
+        got = ort.InferenceSession(made.data).run(None, {"x": ev})[0]
+        same = float(np.mean((got == want).reshape(len(ev), -1).all(axis=1)))
+        assert by[made.name]["agreement"] == pytest.approx(same, abs=0.01) and 0 <= by[made.name]["agreement"] <= 1
+        assert by[made.name]["within_budget"] == (by[made.name]["agreement"] >= 0.99)
+    assert report["recommendation"]["candidate"] == "original" or by[report["recommendation"]["candidate"]]["agreement"] >= 0.99
+
+
+def test_a_regressor_is_within_no_budget_until_its_values_are_bounded() -> None:
+    from sluice.optimize.report import judge
+
+    rows = [
+        {"candidate": "original", "size_bytes": 100, "p50_ms_b64": 10.0},
+        {"candidate": "fp16", "size_bytes": 50, "p50_ms_b64": 5.0, "max_abs_diff": 0.2},
+    ]
+    assert judge([dict(r) for r in rows], Budget())["candidate"] == "original"  # nothing measured its agreement
+    assert judge([dict(r) for r in rows], Budget(max_abs_diff=0.5))["candidate"] == "fp16"
+
+
 def test_cli_registers_with_lineage_shadows_and_records_tuning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from sluice import cli
     from tests.conftest import MODELS

@@ -112,8 +112,14 @@ def agreement(signature: Signature, original: dict[str, np.ndarray], candidate: 
     """Label agreement (with a Wilson 95% interval) and the max and mean absolute difference
     of every numeric output. Without a label output, a values output of width > 1 is read as
     scores: the agreement is that of its argmax (top-1)."""
-    label = next((s.name for s in signature.outputs if s.role == "label"), None)
     n = len(next(iter(original.values())))
+    # The label: the output whose role says so, or one that names a class a row (integers,
+    # booleans or text, one or a few a row; a network that ends in ArgMax has only that). Read
+    # by name alone, a single label output measured no agreement and any candidate passed.
+    label = next((s.name for s in signature.outputs if s.role == "label"), None) or next(
+        (s.name for s in signature.outputs if s.name in original and original[s.name].dtype.kind in "biuOSU" and original[s.name].ndim in (1, 2)),
+        None,
+    )  # fmt: skip
     diffs: list[np.ndarray] = []
     unlike = 0  # values NaN or infinite in one answer and not the same in the other
     for spec in signature.outputs:
@@ -127,7 +133,9 @@ def agreement(signature: Signature, original: dict[str, np.ndarray], candidate: 
     result: dict[str, Any] = {"rows": n}
     agree: int | None = None
     if label is not None:
-        agree = int(np.sum(original[label] == candidate[label]))
+        # A row agrees where all its labels do (a multi-label model names several a row: counted
+        # by element, its agreement read 3.0 and the interval failed)
+        agree = int(np.sum((original[label] == candidate[label]).reshape(n, -1).all(axis=1)))
         result["agreement_of"] = f"label ({label})"
     else:
         scores = next((s.name for s in signature.outputs if original[s.name].ndim == 2 and original[s.name].shape[1] > 1

@@ -20,6 +20,8 @@ class Budget:
     def misses(self, row: dict[str, Any]) -> str | None:
         """Why a measured candidate is outside the budget, or None."""
         agreement = row.get("agreement")
+        if agreement is None and self.max_abs_diff is None:  # nothing bounds it: none is within a budget
+            return "no label or scores to measure its agreement on: give a max abs diff to bound its values"
         if agreement is not None and agreement < self.min_agreement:
             return f"agreement {agreement:.4f} < {self.min_agreement}"
         diff = row.get("max_abs_diff")
