@@ -259,6 +259,18 @@ def test_a_model_whose_weights_name_a_file_is_refused_and_no_file_is_read(client
     assert r.status_code == 400 and r.json()["field"] == "artifact" and "external data" in r.json()["error"], r.text
 
 
+def test_a_model_that_declares_no_outputs_is_refused_when_pushed(client: TestClient, keys: dict[str, str]) -> None:
+    """It was taken, and every prediction then answered 400 "the model rejected the input",
+    blaming the caller's inputs for what the model could never answer."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1])], [])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    r = client.post("/api/v1/models/mute/versions", content=model.SerializeToString(), headers={**auth(keys["acme"]), "content-type": "application/octet-stream"})
+    assert r.status_code == 400 and r.json()["field"] == "artifact" and "no outputs" in r.json()["error"], r.text
+
+
 def test_a_version_may_not_name_an_endpoint_sluice_made_for_another_tenant(client: TestClient, keys: dict[str, str]) -> None:
     from sluice.endpoints.names import endpoint_name
 

@@ -54,6 +54,10 @@ def read_signature(data: bytes, feature_names: list[str] | None = None) -> Any:
     from sluice.runtimes.onnx_signature import check_ranked, signature_from_session
 
     signature = signature_from_session(build_session(data), feature_names)
+    if not signature.inputs or not signature.outputs:  # every prediction would be refused, blaming the caller's inputs
+        from sluice.domain.errors import InvalidInput
+
+        raise InvalidInput(f"the model declares no {'inputs' if not signature.inputs else 'outputs'}: nothing could be asked of it or answered", field="artifact")
     check_ranked(data, signature)
     return signature
 
