@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain.errors import BadRequest, NotFound, Unavailable, Unprocessable
+from sluice.domain.errors import BadRequest, NotFound, PayloadTooLarge, Unavailable, Unprocessable
 from sluice.domain.policy import single_policy
 from sluice.optimize.candidates import KINDS, build_candidates
 from sluice.optimize.measure import (
@@ -78,9 +78,10 @@ class OptimizeService:
         principal.require("admin")
         location = self.models.import_location(principal, uri, field="data_uri")
         suffix = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl"}[format_of(location.uri)]
-        data = self.models.read_import(principal, location, field="data_uri")
-        if len(data) > MAX_DATA_BYTES:
-            raise BadRequest("data files above 256 MiB are not read; give a sample of rows", field="data_uri")
+        try:
+            data = self.models.read_import(principal, location, field="data_uri", max_bytes=MAX_DATA_BYTES)
+        except PayloadTooLarge:
+            raise BadRequest("data files above 256 MiB are not read; give a sample of rows", field="data_uri") from None
         with tempfile.NamedTemporaryFile(suffix=suffix) as tmp:
             tmp.write(data)
             tmp.flush()

@@ -168,10 +168,11 @@ class ModelService:
                 field=field,
             ) from None
 
-    def read_import(self, principal: Principal, location: Location, *, field: str = "artifact_uri") -> bytes:
-        """The bytes at a confined location; a message about it names it as the tenant sees it."""
+    def read_import(self, principal: Principal, location: Location, *, field: str = "artifact_uri", max_bytes: int = MAX_ARTIFACT_BYTES) -> bytes:
+        """The bytes at a confined location, refused past `max_bytes` before they are read; a
+        message about it names it as the tenant sees it."""
         try:
-            return self.store.read_external(principal.tenant, location.uri)
+            return self.store.read_external(principal.tenant, location.uri, max_bytes)
         except SluiceError as exc:
             exc.message = self.roots(principal.tenant).scrub(exc.message) or exc.message
             exc.field = field

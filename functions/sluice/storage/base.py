@@ -55,8 +55,9 @@ class ArtifactStore(Protocol):
         """Read an artifact this store wrote, verifying its checksum."""
         ...
 
-    def read_external(self, tenant: str, uri: str) -> bytes:
-        """Read bytes a caller names by URI (push by URI). Refuses another tenant's artifacts."""
+    def read_external(self, tenant: str, uri: str, max_bytes: int | None = None) -> bytes:
+        """Read bytes a caller names by URI (push by URI). Refuses another tenant's artifacts, and
+        (PayloadTooLarge) past `max_bytes` before reading them."""
         ...
 
     def owns(self, tenant: str, uri: str) -> bool:

@@ -7,7 +7,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from sluice import owner_only
-from sluice.domain.errors import BadRequest, Forbidden, NotFound
+from sluice.domain.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge
 from sluice.storage.base import ArtifactRef, artifact_key, on_disk, sha256_hex, verify
 
 
@@ -64,7 +64,7 @@ class FolderStore:
     def tenant_root(self, tenant: str) -> str:
         return f"{self.root.as_uri()}/tenants/{tenant}/"
 
-    def read_external(self, tenant: str, uri: str) -> bytes:
+    def read_external(self, tenant: str, uri: str, max_bytes: int | None = None) -> bytes:
         if not uri.startswith("file://"):
             raise BadRequest("the local store reads file:// URIs only", field="artifact_uri")
         path = path_of_file_url(uri).resolve()
@@ -72,6 +72,8 @@ class FolderStore:
             raise Forbidden("that artifact belongs to another tenant", field="artifact_uri")
         if not path.is_file():
             raise NotFound(f"no file at {uri}", field="artifact_uri")
+        if max_bytes is not None and path.stat().st_size > max_bytes:  # refused before it is read, not after
+            raise PayloadTooLarge(f"{uri} is over the {max_bytes} bytes read from it", field="artifact_uri")
         return path.read_bytes()
 
     def delete(self, uri: str) -> None:

@@ -26,6 +26,7 @@ from sluice.domain.errors import (
     BadRequest,
     Forbidden,
     NotFound,
+    PayloadTooLarge,
     SluiceError,
     Unavailable,
 )
@@ -156,7 +157,7 @@ class S3Store:
     def tenant_root(self, tenant: str) -> str:
         return self._uri(self._tenant_root(tenant))
 
-    def read_external(self, tenant: str, uri: str) -> bytes:
+    def read_external(self, tenant: str, uri: str, max_bytes: int | None = None) -> bytes:
         if not uri.startswith("s3://"):
             raise BadRequest("the S3 store reads s3:// URIs only", field="artifact_uri")
         try:
@@ -173,7 +174,11 @@ class S3Store:
         if inside and not key.startswith(self._tenant_root(tenant)):
             raise Forbidden("that artifact belongs to another tenant", field="artifact_uri")
         with _s3_errors(missing=f"no object at {uri}"):
-            return self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            found = self.client.get_object(Bucket=bucket, Key=key)
+            if max_bytes is not None and int(found.get("ContentLength") or 0) > max_bytes:  # refused before it is read
+                found["Body"].close()
+                raise PayloadTooLarge(f"{uri} is over the {max_bytes} bytes read from it", field="artifact_uri")
+            return found["Body"].read()
 
     def delete(self, uri: str) -> None:
         key = self._key(uri)

@@ -13,6 +13,7 @@ from sluice.domain.errors import (
     BadRequest,
     Forbidden,
     NotFound,
+    PayloadTooLarge,
     SluiceError,
     Unavailable,
 )
@@ -96,6 +97,16 @@ def test_read_external(store_case: StoreCase) -> None:
     assert store.read_external(A, store_case.external("model.onnx", MODEL)) == MODEL
     own = store.put(A, MODEL)
     assert store.read_external(A, own.uri) == MODEL
+
+
+def test_read_external_refuses_past_its_bound_before_reading(store_case: StoreCase) -> None:
+    """A file past the bound was read whole (768 MiB into memory) and refused only then."""
+    store = store_case.store
+    uri = store_case.external("model.onnx", MODEL)
+    assert store.read_external(A, uri, len(MODEL)) == MODEL
+    with pytest.raises(PayloadTooLarge) as refused:
+        store.read_external(A, uri, len(MODEL) - 1)
+    assert refused.value.field == "artifact_uri"
 
 
 def test_read_external_refuses_another_tenants_artifact(store: ArtifactStore) -> None:
