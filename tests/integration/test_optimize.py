@@ -134,6 +134,26 @@ def test_a_network_answering_its_class_alone_is_held_to_its_label_agreement(cont
     assert report["recommendation"]["candidate"] == "original" or by[report["recommendation"]["candidate"]]["agreement"] >= 0.99
 
 
+def test_a_model_of_a_fixed_batch_is_refused_saying_so(container: Container, acme: Principal) -> None:
+    """Exported without a dynamic batch (torch.onnx.export without dynamic_axes): the run fed it
+    batches of rows and failed with ONNX Runtime's InvalidArgument (a traceback from the CLI)."""
+    from onnx import TensorProto, helper
+
+    from sluice.domain.errors import Unprocessable
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    container.models.push(acme, "fixed", model.SerializeToString())
+    rows = {"x": np.ones((300, 4), np.float32)}
+    with pytest.raises(Unprocessable) as refused:
+        container.optimizer.run(acme, OptimizeRequest("fixed", 1, Budget(), timing=FAST, tune=False), rows)
+    assert refused.value.field == "model" and "fixed batch of 1" in refused.value.message
+
+
 def test_a_regressor_is_within_no_budget_until_its_values_are_bounded() -> None:
     from sluice.optimize.report import judge
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain.errors import BadRequest, NotFound, PayloadTooLarge, Unavailable, Unprocessable
 from sluice.domain.policy import single_policy
+from sluice.domain.signature import DYNAMIC
 from sluice.optimize.candidates import KINDS, build_candidates
 from sluice.optimize.measure import (
     Timing,
@@ -104,6 +105,13 @@ class OptimizeService:
         if request.shadow and not request.register:  # refused before any candidate is built and measured
             raise BadRequest("--shadow mirrors a registered candidate: give --register too", field="shadow")
         source = self.version(principal, request.model, request.version)
+        fixed = next((spec for spec in source.signature.inputs if spec.shape and spec.shape[0] != DYNAMIC), None)
+        if fixed is not None:  # ONNX Runtime refused the batches of rows mid-run: a traceback, or a job failed "(InvalidArgument)"
+            raise Unprocessable(
+                f"input {fixed.name!r} has a fixed batch of {fixed.shape[0]}: optimize measures batches of rows; "
+                "export the model with a dynamic batch dimension",
+                field="model",
+            )
         original = self.store.get(source.artifact_uri, sha256=source.sha256)
         n = len(next(iter(rows.values())))
         calibration = {k: v[: request.calibration_rows] for k, v in rows.items()}
