@@ -257,6 +257,18 @@ def test_a_model_whose_weights_name_a_file_is_refused_and_no_file_is_read(client
     model.ir_version = 8
     r = client.post("/api/v1/models/leaky/versions", content=model.SerializeToString(), headers={**auth(keys["acme"]), "content-type": "application/octet-stream"})
     assert r.status_code == 400 and r.json()["field"] == "artifact" and "external data" in r.json()["error"], r.text
+    # One no node uses, naming any path: ONNX Runtime loads the model without it; refused all the same.
+    for location in ("credentials", "../../../../etc/hostname", "/etc/hostname"):
+        unused = TensorProto(name="W", data_type=TensorProto.UINT8, dims=[4], data_location=TensorProto.EXTERNAL)
+        unused.external_data.add(key="location", value=location)
+        graph = helper.make_graph(
+            [helper.make_node("Identity", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])], initializer=[unused],
+        )  # fmt: skip
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        r = client.post("/api/v1/models/leaky/versions", content=model.SerializeToString(), headers={**auth(keys["acme"]), "content-type": "application/octet-stream"})
+        assert r.status_code == 400 and r.json()["field"] == "artifact" and "external data" in r.json()["error"], (location, r.text)
 
 
 def test_a_model_that_declares_no_outputs_is_refused_when_pushed(client: TestClient, keys: dict[str, str]) -> None:

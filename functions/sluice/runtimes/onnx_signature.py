@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.codecs.datatypes import ONNX_TO_V2
 from sluice.codecs.protobuf_fields import LENGTH_DELIMITED, fields
-from sluice.domain.errors import Unprocessable
+from sluice.domain.errors import InvalidInput, Unprocessable
 from sluice.domain.signature import (
     DYNAMIC,
     OutputRole,
@@ -80,6 +80,12 @@ def check_ranked(data: bytes, signature: Signature) -> None:
     exported graphs leave it): ONNX Runtime reports that input as a scalar's, every request is
     checked against the shape recorded, and a batch would never be taken. A scalar input
     (a shape of no dimensions, declared) is kept."""
+    external = external_initializers(data)
+    if external:
+        raise InvalidInput(
+            f"not a loadable ONNX model: its weights name a file (external data: {', '.join(map(repr, external[:3]))}); send the model with its weights inside",
+            field="artifact",
+        )
     scalars = {spec.name for spec in signature.inputs if not spec.shape}
     for name in sorted(scalars & unranked_inputs(data)):
         raise Unprocessable(
@@ -109,6 +115,26 @@ def unranked_inputs(data: bytes) -> set[str]:
                             found.add(name)
     except (IndexError, ValueError, UnicodeDecodeError):
         return set()
+    return found
+
+
+# GraphProto.initializer, TensorProto.name and .external_data (a weight's bytes in a file it names)
+_INITIALIZER, _TENSOR_NAME, _EXTERNAL_DATA = 5, 8, 13
+
+
+def external_initializers(data: bytes) -> list[str]:
+    """The graph's initializers whose bytes are in a file they name (ONNX external data), read
+    from the serialized model. ONNX Runtime refuses one a node uses when it loads, and loads a
+    model whose only such initializer nothing uses: refused at push all the same, as the docs
+    say (such a file is named relative to wherever the model is read from)."""
+    found: list[str] = []
+    try:
+        for graph in _messages(data, 0, len(data), _GRAPH):
+            for tensor in _messages(data, *graph, _INITIALIZER):
+                if next(_messages(data, *tensor, _EXTERNAL_DATA), None) is not None:
+                    found.append(next((bytes(data[a:b]).decode("utf-8", "replace") for a, b in _messages(data, *tensor, _TENSOR_NAME)), ""))
+    except (IndexError, ValueError):
+        return []
     return found
 
 
