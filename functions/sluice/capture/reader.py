@@ -113,9 +113,16 @@ def _ill_formed(record: Any) -> str | None:
         return "not an object"
     if "rows" in record and not _count(record["rows"]):
         return "rows is not a count"
-    for name in ("version", "revision"):
-        if record.get(name) is not None and type(record[name]) is not int:
-            return f"{name} is not a whole number"
+    if record.get("revision") is not None and type(record["revision"]) is not int:
+        return "revision is not a whole number"
+    if record.get("version") is not None:
+        from sluice.domain.errors import InvalidRequest
+        from sluice.domain.values import parse_version
+
+        try:  # the rule every version is read by (a version kept as its text, "1", reads as 1)
+            parse_version(record["version"], field="version")
+        except InvalidRequest:
+            return "version is not a version"
     for name in ("model", "variant"):
         if record.get(name) is not None and not isinstance(record[name], str):
             return f"{name} is not text"
