@@ -56,6 +56,7 @@ DEEP = "flavors: " + "[" * 5000 + "]" * 5000 + "\n"
         ("MLmodel", TENSOR_SPEC_LIST),
         ("MLmodel", DEEP),
     ],
+    ids=["alias-empty", "alias-list", "alias-version-text", "alias-version-list", "download-uri-empty", "mlmodel-spec-list", "mlmodel-deep"],
 )
 def test_a_server_answering_what_nobody_foresaw_fails_its_binding_alone(
     demo: Container, acme: Principal, globex: Principal, client: TestClient, keys: dict[str, str], where: str, bad: Any
@@ -111,6 +112,7 @@ def test_an_answer_sent_a_byte_at_a_time_is_cut_at_its_deadline(refused: bool) -
         "flavors:\n  sklearn: {}\n  'leak {auth}': {}\n",  # a flavor's name
         "flavors:\n  onnx: {data: model.onnx}\nsignature:\n  inputs: '[{\"type\": \"string\", \"name\": \"{auth}\"}]'\n",  # a column's
     ],
+    ids=["flavor", "column"],
 )
 def test_credentials_a_server_quotes_back_are_never_in_what_is_recorded(mlmodel: str, tmp_path: Any) -> None:
     """Refusals made of a 200 answer repeated it as the server wrote it, the tenant's
