@@ -9,7 +9,6 @@ length) gets a reason, and only the other rows go on to the model.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ import numpy as np
 from sluice.codecs.arrow_numbers import from_numbers, to_numbers, to_text
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
 from sluice.domain.errors import InvalidInput
+from sluice.domain.values import parse_number
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -257,15 +257,6 @@ def _as_dtype(values: np.ndarray, name: str, datatype: str, reasons: np.ndarray)
     return cast
 
 
-# A number written as text, in CSV and JSON Lines alike: ASCII digits with an optional sign,
-# point and exponent, or nan / inf / infinity (refused later, as NaN and infinity are),
-# spaces or tabs around it. Not Python's float(): no `1_4`, no digits of other scripts.
-NUMBER = re.compile(r"[ \t]*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)[ \t]*", re.ASCII | re.IGNORECASE)
-
-
-def parse_number(text: str) -> float | None:
-    """The number `text` writes, or None when it is not one (see NUMBER)."""
-    return float(text) if NUMBER.fullmatch(text) else None
 
 
 def _parse_numbers(array: Any, name: str, reasons: np.ndarray) -> Any:

@@ -143,7 +143,7 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
     import orjson
     import pyarrow as pa
 
-    from sluice.batch.columns import parse_number
+    from sluice.domain.values import parse_number
 
     numeric = {name for feed in feeds if feed.width is None and V2_TO_NUMPY[feed.datatype].kind in "fiub" for name in feed.columns}
     listed = {name for feed in feeds if feed.width is not None and V2_TO_NUMPY[feed.datatype].kind in "fiub" for name in feed.columns}
@@ -240,7 +240,7 @@ def _as_written(line: bytes, name: str) -> str:
 
 def _numbers(value: Any) -> tuple[list[float | None] | None, str | None]:
     """A JSON list of numbers (or of numbers written as text) as floats, or why it is not one."""
-    from sluice.batch.columns import parse_number
+    from sluice.domain.values import parse_number
 
     if not isinstance(value, list):
         return None, repr(str(value)[:40])

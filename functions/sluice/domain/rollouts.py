@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sluice.domain.errors import InvalidRequest
+from sluice.domain.values import parse_number
 
 STATES = ("running", "paused", "completed", "rolled_back", "aborted")
 ACTIVE = ("running", "paused")
@@ -123,12 +124,15 @@ def parse_steps(
     for item in raw:
         if isinstance(item, bool):
             raise InvalidRequest("steps are percentages, not booleans", field=field)
+        # Text by the rule every number written as text is read by (Python's float took `1_0`
+        # for 10, and digits of other scripts)
+        read = parse_number(item.strip().removesuffix("%")) if isinstance(item, str) else item if isinstance(item, int | float) else None
+        if read is None:
+            raise InvalidRequest(f"step {str(item).strip()!r} is not a number", field=field)
         try:
-            step = float(str(item).strip().removesuffix("%"))
-        except ValueError:
-            raise InvalidRequest(
-                f"step {str(item).strip()!r} is not a number", field=field
-            ) from None
+            step = float(read)
+        except OverflowError:  # a whole number past float's range: past 100 all the same
+            step = math.inf
         if not 0 < step <= 100:
             raise InvalidRequest(
                 f"step {percent_text(step)} is not a percentage above 0 and at most 100", field=field

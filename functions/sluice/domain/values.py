@@ -71,6 +71,30 @@ def decimal(text: str, *, most: int = 18) -> int | None:
     return int(text) if len(text) <= most and text.isascii() and text.isdigit() else None
 
 
+# A number written as text, wherever sluice reads one (a CSV or JSON Lines cell, a header or a
+# parameter a switch compares, a rollout's steps): ASCII digits with an optional sign, point and
+# exponent, or nan / inf / infinity, spaces or tabs around it. Not Python's int() or float():
+# no `1_0`, no digits of other scripts (Arabic-Indic ten was read as 10), no other white space.
+NUMBER = re.compile(r"[ \t]*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)[ \t]*", re.ASCII | re.IGNORECASE)
+_WHOLE = re.compile(r"[ \t]*[+-]?\d+[ \t]*", re.ASCII)
+MAX_WHOLE_CHARS = 40  # a whole number read exactly up to this long (int64's are 20 at most); longer, as a float
+
+
+def parse_number(text: str) -> float | None:
+    """The number `text` writes (see NUMBER) as a float, or None when it is not one."""
+    return float(text) if NUMBER.fullmatch(text) else None
+
+
+def number_of(text: str) -> int | float | None:
+    """The number `text` writes (see NUMBER), or None: a whole number as an integer, exactly (as
+    a float an id past 2**53 would equal its neighbours), up to `MAX_WHOLE_CHARS` long."""
+    if not NUMBER.fullmatch(text):
+        return None
+    if len(text) <= MAX_WHOLE_CHARS and _WHOLE.fullmatch(text):
+        return int(text)
+    return float(text)
+
+
 def shown(value: Any) -> str:
     """A value as the client wrote it, short: for messages."""
     if isinstance(value, bool):

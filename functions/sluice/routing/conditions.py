@@ -20,6 +20,7 @@ import numpy as np
 from sluice.domain.conditions import AllOf, AnyOf, Compare
 from sluice.domain.errors import InvalidInput
 from sluice.domain.requests import header_of
+from sluice.domain.values import number_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -125,23 +126,13 @@ def _equal(found: str, number: int | float | None, wanted: Any) -> bool:
     return number is not None and number == wanted
 
 
-MAX_WHOLE_CHARS = 40  # a whole number read exactly up to this long (int64's are 20 at most); longer, as a float
-
-
 def _number(text: str) -> int | float | None:
-    """The number `text` spells, or None. Whole numbers are read as integers, as Python
-    compares an integer with an integer or a float exactly: as a float, an id past 2**53
-    would equal its neighbours (9007199254740993 == 9007199254740992)."""
-    if len(text) <= MAX_WHOLE_CHARS:  # past it, int() costs more than any id needs (its time grows faster than the digits)
-        try:
-            return int(text)
-        except ValueError:
-            pass
-    try:
-        number = float(text)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
+    """The number `text` spells by the rule every number written as text is read by
+    (`sluice.domain.values.number_of`: `1_0` and digits of other scripts are no number), or None. Whole numbers are
+    read as integers, as Python compares an integer with an integer or a float exactly: as a
+    float, an id past 2**53 would equal its neighbours (9007199254740993 == 9007199254740992)."""
+    number = number_of(text)
+    return number if number is None or isinstance(number, int) or math.isfinite(number) else None
 
 
 # Python's operators: on arrays they are NumPy's; on a float and an int they are exact.
