@@ -16,7 +16,7 @@ from sluice.domain.rollouts import parse_steps
 from sluice.domain.values import number_of, parse_number
 from sluice.routing.conditions import _number
 
-NOT_NUMBERS = ["1_0", "\u0661\u0660", "\uff11\uff10", "\u2003" + "5", "5\u00a0", "0x10", "1e", "", " ", "--1", "١"]
+NOT_NUMBERS = ["1_0", "\u0661\u0660", "\uff11\uff10", "\u2003" + "5", "5\u00a0", "0x10", "1e", "", " ", "--1", "\u0661"]
 
 
 @pytest.mark.parametrize("text", NOT_NUMBERS)
