@@ -110,3 +110,37 @@ def test_grpc_says_where_the_result_will_be() -> None:
     code, message, trailer = status_of(Accepted("queued", result_id="b" * 32, location="/api/v1/results/" + "b" * 32))
     assert code == grpc.StatusCode.FAILED_PRECONDITION and message.endswith("/api/v1/results/" + "b" * 32)
     assert ("sluice-result", "/api/v1/results/" + "b" * 32) in trailer
+
+
+ODD_ANSWERS = {  # what an endpoint's container may write where SageMaker keeps its answer
+    "ragged": (b'{"outputs":[{"name":"y","datatype":"FP32","shape":[2],"data":[[1.0],[2.0,3.0]]}]}', None),
+    "parameters of text": (b'{"outputs":[{"name":"y","datatype":"FP32","shape":[1],"data":[1.0],"parameters":"x"}]}', None),
+    "past UINT8": (b'{"outputs":[{"name":"y","datatype":"UINT8","shape":[1],"data":[300]}]}', None),
+    # Triton writes non-finite floats so in JSON: a model's log(0), an overflow
+    "NaN and Infinity": (b'{"outputs":[{"name":"y","datatype":"FP32","shape":[3],"data":[NaN,-Infinity,Infinity]}]}', ["NaN", "-Infinity", "Infinity"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD_ANSWERS))
+def test_an_answer_of_an_odd_shape_is_a_failed_result_and_non_finite_numbers_are_read(demo: Container, case: str) -> None:
+    """An answer the decoder tripped on was a 500 (whatever the container wrote), and one holding
+    NaN or Infinity as Triton writes them a failed result (a 502 on the synchronous path)."""
+    import time
+    import uuid
+
+    from sluice.storage.results import RECORD, record_bytes
+
+    body, numbers = ODD_ANSWERS[case]
+    store, rid, now = demo.results.store, uuid.uuid4().hex, time.time()
+    output = store.put("acme", rid, "output", body, content_type="application/json")
+    record = {"id": rid, "tenant": "acme", "model": "m", "version": 1, "created_at": now, "expires_at": now + 3600,
+              "input": store.uri("acme", rid, "input"), "output": output, "failure": store.uri("acme", rid, "error")}  # fmt: skip
+    store.put("acme", rid, RECORD, record_bytes(record))
+    with TestClient(create_app(demo), raise_server_exceptions=False) as client:
+        r = client.get(f"/api/v1/results/{rid}", headers=auth(api_keys(demo)["acme"]))
+    assert r.status_code == 200, r.text
+    if numbers is None:
+        assert r.json()["status"] == "failed" and r.json()["error"]["code"] == "backend_error"
+    else:
+        assert b'"data":[NaN,-Infinity,Infinity]' in r.content, r.text  # as a v2 answer writes them (orjson wrote null)
+        assert json.loads(r.content)["status"] == "succeeded"

@@ -283,6 +283,15 @@ def test_a_model_that_declares_no_outputs_is_refused_when_pushed(client: TestCli
     assert r.status_code == 400 and r.json()["field"] == "artifact" and "no outputs" in r.json()["error"], r.text
 
 
+def test_a_push_by_uri_that_says_triton_url_somewhere_is_a_push_by_uri(client: TestClient, keys: dict[str, str], demo: Any) -> None:
+    """The route chose a Triton registration where the body held the text "triton_url" at all
+    (a description saying so): 422, triton_url required."""
+    uri = demo.registry.get_version("acme", "iris", 1).artifact_uri
+    for description in ("x", "triton_url", '"triton_url"'):
+        r = client.post("/api/v1/models/copy/versions", json={"artifact_uri": uri, "description": description}, headers=auth(keys["acme"]))
+        assert r.status_code == 201, (description, r.text)
+
+
 def test_a_version_may_not_name_an_endpoint_sluice_made_for_another_tenant(client: TestClient, keys: dict[str, str]) -> None:
     from sluice.endpoints.names import endpoint_name
 

@@ -232,7 +232,7 @@ def decode_response(
     try:
         header = orjson.loads(body[:end])
     except orjson.JSONDecodeError:
-        raise BackendError("the server answered with a body that is not v2 JSON") from None
+        header = _with_non_finite(bytes(body[:end]))
     if not isinstance(header, dict) or not isinstance(header.get("outputs"), list):
         raise BackendError("the server answered without an 'outputs' list")
     binary = memoryview(body)[end:]
@@ -244,6 +244,20 @@ def decode_response(
         array, offset = _output_array(entry, binary, offset, copy=copy, dtypes=dtypes)
         result[entry["name"]] = array
     return result
+
+
+def _with_non_finite(text: bytes) -> Any:
+    """A v2 answer orjson refuses: one holding NaN, Infinity or -Infinity as Triton writes them
+    in JSON (a model's log(0), an overflow), read by a parser that takes those tokens. Such an
+    answer was a 502, and an asynchronous one's result failed."""
+    from sluice.codecs.json_text import NestedTooDeep, loads_as_python
+
+    if not any(token in text for token in (b"NaN", b"Infinity")):
+        raise BackendError("the server answered with a body that is not v2 JSON")
+    try:
+        return loads_as_python(text)
+    except (ValueError, NestedTooDeep, RecursionError):
+        raise BackendError("the server answered with a body that is not v2 JSON") from None
 
 
 def decode_sagemaker_response(body: bytes, content_type: str | None) -> dict[str, np.ndarray]:

@@ -39,8 +39,13 @@ def _tensor(name: str, array: np.ndarray) -> dict[str, Any]:
         data = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in array.reshape(-1).tolist()]
         datatype = "BYTES"
     else:
-        data = array.reshape(-1).tolist()
+        from sluice.codecs.tensors import json_data
+
         datatype = v2_of_numpy(array.dtype)
+        flat = array.reshape(-1)
+        # as a v2 answer writes it: NaN and ±Inf as Triton's tokens (as a list, orjson wrote null)
+        data = json_data(name, datatype, flat) if datatype != "BF16" else flat.tolist()
+        data = data.tolist() if isinstance(data, np.ndarray) else data
     return {"name": name, "datatype": datatype, "shape": list(array.shape), "data": data}
 
 
@@ -143,7 +148,7 @@ class ResultService:
         if answer is not None:
             try:
                 outputs = decode_sagemaker_response(data, content_type)  # type: ignore[arg-type]
-            except SluiceError:
+            except Exception:  # whatever the container wrote: a ragged `data`, `parameters` of text (a 500)
                 return {**out, "status": "failed", "error": {"error": "the model's answer could not be decoded", "code": "backend_error"}}
             found = {**out, "status": "succeeded", "outputs": [_tensor(n, a) for n, a in outputs.items()]}
             if len(orjson.dumps(found)) > self.max_response_bytes:  # as JSON, the numbers take more room

@@ -148,9 +148,13 @@ def async_spec(results: ResultStore | None, tenant: str, request: DeployRequest,
         raise Unavailable("an asynchronous endpoint writes its answers to S3: it needs an s3:// artifact store (SLUICE_STORE)", field="store")
     output = area + "sagemaker" if request.output_path is None else request.output_path.rstrip("/")
     assert results is not None
-    if not (output.startswith("s3://") and len(output) <= 500 and results.owns(tenant, output + "/answer.out")):
+    failures = output + "-errors"  # SageMaker's failure path beside it, as docs/gpu-models.md names it
+    if not (output.startswith("s3://") and len(output) <= 500 and all(results.owns(tenant, path + "/answer.out") for path in (output, failures))):
+        # Both: the area itself as output_path made the failures `…/tenants/acme-errors`, outside
+        # it (and inside a tenant named acme-errors's), and every request then a 502 once queued
         raise Unprocessable(
-            f"output_path must lie under the tenant's results, {area} (the only place sluice reads answers from)",
+            f"output_path must lie under the tenant's results, {area} (the only place sluice reads answers from), "
+            "and so must its failures beside it (output_path + '-errors')",
             field="output_path",
         )
     for key in ("success_topic", "error_topic"):
@@ -172,7 +176,7 @@ def async_spec(results: ResultStore | None, tenant: str, request: DeployRequest,
     low, high = instances(request)
     return AsyncSpec(
         output_path=output,
-        failure_path=output + "-errors",
+        failure_path=failures,
         max_concurrent_invocations=concurrency,
         scaling=Capacity(low, high, backlog),
         success_topic=request.success_topic,

@@ -225,6 +225,15 @@ class ModelService:
             await runtime.close()
         if not signature.inputs or not signature.outputs:
             raise Unprocessable(f"model '{target.model}' on that server declares no inputs or no outputs", field="model_name")
+        from sluice.codecs.datatypes import V2_TO_NUMPY
+
+        untaken = next((spec for spec in signature.inputs if spec.datatype not in V2_TO_NUMPY), None)
+        if untaken is not None:  # no request could reach it: each was a 400 or, with numbers given, a 500
+            raise Unprocessable(
+                f"model '{target.model}' on that server takes input '{untaken.name}' as {untaken.datatype}, which sluice "
+                "does not send: serve it with an input of another datatype",
+                field="model_name",
+            )
         if feature_names is not None:
             if len(signature.inputs) != 1:
                 raise BadRequest("feature_names fit a model with exactly one input", field="feature_names")

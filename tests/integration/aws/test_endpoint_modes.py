@@ -286,6 +286,8 @@ BAD = [
     ({"mode": "async", "output_path": RESULTS + "../../globex/sagemaker"}, "output_path", "tenant's results"),
     # a `..` a URL parser would hide (after `?` or `#`, or escaped): the key SageMaker writes is not the one checked
     *(({"mode": "async", "output_path": RESULTS + odd}, "output_path", "tenant's results") for odd in ("x?/../../globex/sagemaker", "x#/../../globex/sagemaker", "x/%2e%2e/%2e%2e/globex/sagemaker")),
+    # the area itself: its failures beside it (`…/tenants/acme-errors`) would be outside it, inside a tenant acme-errors's
+    *(({"mode": "async", "output_path": root}, "output_path", "its failures beside it") for root in (RESULTS, RESULTS.rstrip("/"))),
     ({"mode": "async", "success_topic": "answers"}, "success_topic", "SNS topic ARN"),
     ({"mode": "async", "success_topic": TOPIC, "create_topics": True}, "create_topics", "not both"),
     ({"mode": "async", "error_topic": f"arn:aws:sns:{REGION}:{ACCOUNT}:sluice-alarms"}, "error_topic", "sluice's own"),

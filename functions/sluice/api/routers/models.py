@@ -83,7 +83,7 @@ async def push_version(
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
     body = await request.body()
     if content_type == "application/json":
-        if b'"triton_url"' in body:
+        if _names_triton(body):
             triton = parse_body(VersionFromTriton, body)
             version = await models.register_triton(
                 principal,
@@ -132,3 +132,15 @@ def get_version(name: str, version: VersionOrLatest, principal: AdminDep, models
 @router.delete("/{name}/versions/{version}", status_code=204, summary="Delete a version no deployment uses")
 def delete_version(name: str, version: VersionNumber, principal: AdminDep, models: ModelsDep) -> None:
     models.delete_version(principal, name, version)
+
+
+def _names_triton(body: bytes) -> bool:
+    """Whether a JSON body registers a Triton server: a `triton_url` field of its own (the
+    text anywhere in it, a description saying triton_url, sent a push by URI down this path)."""
+    import orjson
+
+    try:
+        found = orjson.loads(body)
+    except orjson.JSONDecodeError:  # refused by the push's own validation, naming the body
+        return False
+    return isinstance(found, dict) and "triton_url" in found
