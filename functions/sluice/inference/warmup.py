@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from sluice.domain.errors import SluiceError
 from sluice.domain.policy import Ref, Single
 from sluice.observability import get_logger
+from sluice.registry.scope import use_tenant
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -114,33 +115,11 @@ async def preload(
     started = time.perf_counter()
     seen: set[str] = set()
     for tenant, name in parse_preload(entries):
-        try:
-            node = await predictions.node_of(tenant, name)
-            versions = await _versions(predictions, tenant, node)
-        except SluiceError as exc:
-            warmed.failed.append(f"{tenant}/{name}: {exc}")
-            continue
-        for version in versions:
-            label = f"{tenant}/{version.ref}"
-            if version.sha256 in seen:
-                continue
-            seen.add(version.sha256)
-            runtime = predictions.runtimes.get(version.runtime)
-            # Only in-process runtimes hold anything worth a snapshot; remote ones (Triton,
-            # SageMaker) would only open connections that a restore must not reuse.
-            if not load:
-                continue
-            if runtime is None or version.runtime != "onnx":
-                warmed.skipped.append(f"{label} ({version.runtime}: nothing to load in process)")
-                continue
-            if warmed.loaded_bytes + version.size_bytes > max_bytes:
-                warmed.skipped.append(f"{label} ({version.size_bytes} bytes over the preload bound)")
-                continue
-            await runtime.load(version)
-            warmed.loaded.append(label)
-            warmed.loaded_bytes += version.size_bytes
-            if await _first_run(runtime, version):
-                warmed.ran.append(label)
+        # Outside any request, as the tenant the entry names: where the registry acts through
+        # the tenant's own role (AWS), a read bound to no tenant is refused, and the snapshot
+        # hook failed the version's publication.
+        with use_tenant(tenant):
+            await _preload_one(predictions, warmed, seen, tenant, name, max_bytes=max_bytes, load=load)
     warmed.ms["load"] = (time.perf_counter() - started) * 1000
     get_logger().info(
         "preloaded",
@@ -154,3 +133,35 @@ async def preload(
         },
     )
     return warmed
+
+
+async def _preload_one(
+    predictions: PredictionService, warmed: Warmed, seen: set[str], tenant: str, name: str, *, max_bytes: int, load: bool
+) -> None:
+    try:
+        node = await predictions.node_of(tenant, name)
+        versions = await _versions(predictions, tenant, node)
+    except SluiceError as exc:
+        warmed.failed.append(f"{tenant}/{name}: {exc}")
+        return
+    for version in versions:
+        label = f"{tenant}/{version.ref}"
+        if version.sha256 in seen:
+            continue
+        seen.add(version.sha256)
+        runtime = predictions.runtimes.get(version.runtime)
+        # Only in-process runtimes hold anything worth a snapshot; remote ones (Triton,
+        # SageMaker) would only open connections that a restore must not reuse.
+        if not load:
+            continue
+        if runtime is None or version.runtime != "onnx":
+            warmed.skipped.append(f"{label} ({version.runtime}: nothing to load in process)")
+            continue
+        if warmed.loaded_bytes + version.size_bytes > max_bytes:
+            warmed.skipped.append(f"{label} ({version.size_bytes} bytes over the preload bound)")
+            continue
+        await runtime.load(version)
+        warmed.loaded.append(label)
+        warmed.loaded_bytes += version.size_bytes
+        if await _first_run(runtime, version):
+            warmed.ran.append(label)

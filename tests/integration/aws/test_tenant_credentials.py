@@ -4,7 +4,7 @@ registry works through them; and no call goes out without a tenant bound."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -19,6 +19,9 @@ from sluice.registry.dynamodb.tenant_scope import (
     use_tenant,
 )
 from tests.integration.aws.conftest import REGION
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 TABLE = "sluice-registry"
 
@@ -177,3 +180,31 @@ def test_the_last_admin_key_is_kept_across_the_two_sets_of_credentials(tenant_ro
         assert refused.value.field == "key_id"
         assert [k.key_id for k in registry.list_api_keys("acme") if k.active] == ["k2"]
     assert registry.get_api_key("k2").active  # type: ignore[union-attr]
+
+
+def test_the_snapshot_hook_preloads_each_deployment_as_its_tenant(aws: None, tmp_path: Path) -> None:
+    """On AWS the API function's registry acts through the tenant's own role, and a read bound
+    to no tenant is refused. The SnapStart hook runs outside any request: its preload read
+    `acme/iris` bound to none, and the hook failed the version's publication."""
+    from sluice.domain import Principal
+    from sluice.inference.loop import run
+    from sluice.inference.warmup import preload
+    from sluice.registry.scope import use_tenant
+    from sluice.settings import Settings
+    from sluice.wiring import Container, build_runtimes, build_store
+    from tests.conftest import MODELS
+
+    acme = Principal("acme", frozenset({"admin", "predict"}), "k")
+    role = boto3.client("iam", region_name=REGION).create_role(
+        RoleName="tenant-registry-preload", AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []})
+    )["Role"]["Arn"]
+    create_table(boto3.client("dynamodb", region_name=REGION), "sluice-preload")
+    registry = DynamoRegistry("sluice-preload", clients=AwsClients(region=REGION), region=REGION, tenant_role_arn=role)
+    settings = Settings(mode="local", home=tmp_path / "home", registry="", store="")
+    store = build_store(settings)
+    container = Container(settings, registry, store, build_runtimes(settings, store))
+    with use_tenant("acme"):
+        container.models.push(acme, "iris", (MODELS / "iris.onnx").read_bytes())
+        container.deployments.create(acme, "iris", {"kind": "single", "model": "iris", "version": 1})
+    warmed = run(preload(container.predictions, ["acme/iris"], max_bytes=64 << 20))  # no tenant bound, as the hook runs
+    assert warmed.loaded == ["acme/iris:1"] and warmed.failed == []
