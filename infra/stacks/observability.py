@@ -222,18 +222,18 @@ class ObservabilityStack(Stack):
             graph("Lambda throttles", per_function("Throttles", "Sum")),
             graph(
                 "Predictions per deployment",
-                [search("Predictions", "Sum", "predictions", "deployment")],
-                right=[search("Rows", "Sum", "rows", "deployment")],
+                [search("Predictions", "Sum", "predictions", "tenant", "deployment")],
+                right=[search("Rows", "Sum", "rows", "tenant", "deployment")],
             ),
             graph(
                 "Prediction latency p99 per deployment (ms)",
-                [search("Latency", "p99", "p99", "deployment")],
+                [search("Latency", "p99", "p99", "tenant", "deployment")],
             ),
             graph(
                 "Prediction errors per deployment",
                 [
-                    search("ClientErrors", "Sum", "4xx", "deployment"),
-                    search("BackendErrors", "Sum", "backend", "deployment"),
+                    search("ClientErrors", "Sum", "4xx", "tenant", "deployment"),
+                    search("BackendErrors", "Sum", "backend", "tenant", "deployment"),
                 ],
             ),
             graph(
@@ -245,7 +245,7 @@ class ObservabilityStack(Stack):
             ),
             graph(
                 "Shadow agreement per deployment and mirror",
-                [search("ShadowAgreement", "Average", "agreement", "deployment", "mirror")],
+                [search("ShadowAgreement", "Average", "agreement", "tenant", "deployment", "mirror")],
             ),
             graph(
                 "Batch job duration (ms)",

@@ -36,9 +36,9 @@ def _dashboard_body(app: Synthesized) -> str:
 def test_dashboard_shows_the_app_metrics_per_deployment(full_app: Synthesized) -> None:
     body = _dashboard_body(full_app)
     for metric in ("Predictions", "Latency", "Rows", "ClientErrors", "BackendErrors"):
-        assert f'SEARCH(\'Namespace="sluice" MetricName="{metric}" deployment\'' in body, metric
+        assert f'SEARCH(\'Namespace="sluice" MetricName="{metric}" tenant deployment\'' in body, metric  # deployment names are per tenant
     assert (
-        "SEARCH('Namespace=\"sluice\" MetricName=\"ShadowAgreement\" deployment mirror', 'Average'"
+        "SEARCH('Namespace=\"sluice\" MetricName=\"ShadowAgreement\" tenant deployment mirror', 'Average'"
         in body
     )
     for metric in ("ModelCacheHits", "ModelCacheMisses"):

@@ -465,7 +465,7 @@ def test_in_lambda_a_requests_lookups_ride_on_its_prediction_line(tmp_path: Path
     plain, cached, alone, failed = found
     assert (plain["LookupCalls"], plain["LookupErrors"], plain["lookups"]) == (1, 0, [{"store": "sqlite", "table": "customers", "store_calls": 1}])
     by_metric = {m["Name"]: d["Dimensions"] for d in plain["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}
-    assert by_metric["LookupCalls"] == by_metric["LookupErrors"] == [[]] and by_metric["Predictions"] == [["service", "deployment"]]
+    assert by_metric["LookupCalls"] == by_metric["LookupErrors"] == [[]] and by_metric["Predictions"] == [["service", "tenant", "deployment"]]
     assert (cached["LookupCacheHits"], cached["LookupCacheMisses"]) == (0, 4)
     assert {m["Name"] for d in cached["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]} >= {"LookupCacheHits", "LookupCacheMisses"}
     assert (alone["LookupCalls"], alone["LookupErrors"], alone["table"]) == (1, 0, "customers")

@@ -24,11 +24,11 @@ def test_prediction_line_is_an_emf_record_per_deployment_and_variant(caplog: pyt
     first, second = lines(caplog)
     meta = first["_aws"]["CloudWatchMetrics"][0]
     assert meta["Namespace"] == "sluice"
-    assert meta["Dimensions"] == [["service", "deployment"], ["service", "deployment", "variant"]]
+    assert meta["Dimensions"] == [["service", "tenant", "deployment"], ["service", "tenant", "deployment", "variant"]]
     assert {m["Name"] for m in meta["Metrics"]} >= {"Predictions", "Rows", "Latency", "ModelCacheHits", "ModelCacheMisses"}
     assert (first["Latency"], first["Rows"], first["deployment"], first["variant"], first["service"]) == (1.5, 3, "iris", "canary", "sluice")
     assert (first["ModelCacheHits"], second["ModelCacheHits"], second["ModelCacheMisses"]) == (5, 4, 0)  # each prediction's own
-    assert second["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "deployment"]]
+    assert second["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "tenant", "deployment"]]
 
 
 def test_locally_the_line_has_no_metrics(caplog: pytest.LogCaptureFixture) -> None:
@@ -63,7 +63,7 @@ def test_every_request_is_an_emf_request_and_a_failure_an_error_by_code(caplog: 
     assert "Requests" in names(answered)
     assert (refused["Requests"], refused["Errors"], refused["ClientErrors"], refused["error"]) == (1, 1, 1, "invalid_input")
     assert names(refused) == {"Requests", "Errors", "ClientErrors"}
-    assert refused["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "deployment"], ["service", "deployment", "error"]]
+    assert refused["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "tenant", "deployment"], ["service", "tenant", "deployment", "error"]]
     assert unknown["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service"], ["service", "error"]]
     assert unknown["Errors"] == 1 and unknown["level"] == "WARNING"
 
@@ -270,6 +270,26 @@ def test_the_lambda_context_keys_are_powertools_own() -> None:
     assert list(ours) == list(theirs) and "left_over" not in ours
     assert {k: v for k, v in ours.items() if k != "cold_start"} == {k: v for k, v in theirs.items() if k != "cold_start"}
     assert ours["function_request_id"] == LambdaContext.aws_request_id and ours["cold_start"] is False
+
+
+def test_two_tenants_deployments_of_one_name_are_two_series(caplog: pytest.LogCaptureFixture) -> None:
+    """Deployment names are per tenant: kept by service and deployment alone, acme's `iris` and
+    globex's were one CloudWatch series, each one's errors in the other's graphs and alarms."""
+    caplog.set_level("INFO")
+    telemetry = Telemetry(emit_metrics=True)
+    for tenant in ("acme", "globex"):
+        telemetry.prediction(fields={"deployment": "iris", "tenant": tenant}, latency_ms=1.0, rows=1)
+        telemetry.failure(fields={"deployment": "iris", "tenant": tenant}, status=502, code="backend_error")
+        telemetry.shadow(fields={"deployment": "iris", "tenant": tenant, "mirror": "m"}, agreement=1.0, mean_abs_diff=0.0, latency_ratio=None)
+    series: dict[str, set[tuple[tuple[str, str], ...]]] = {}
+    for line in lines(caplog):  # what CloudWatch extracts: each metric by each dimension set, as the line's values
+        for directive in line["_aws"]["CloudWatchMetrics"]:
+            for names in directive["Dimensions"]:
+                for metric in directive["Metrics"]:
+                    series.setdefault(metric["Name"], set()).add(tuple((n, line[n]) for n in names))
+    for metric in ("Requests", "Predictions", "Latency", "BackendErrors", "ShadowAgreement"):
+        tenants = {dict(d).get("tenant") for d in series[metric]}
+        assert tenants == {"acme", "globex"}, (metric, series[metric])
 
 
 def test_a_precomputed_nodes_rows_by_source_are_service_wide_metrics(caplog: pytest.LogCaptureFixture) -> None:

@@ -108,7 +108,7 @@ class Telemetry:
     def _line(self, fields: dict[str, Any], metrics: dict[str, tuple[float, str]]) -> dict[str, Any]:
         if not self.emit_metrics:
             return fields
-        dims = ["service", "deployment"]
+        dims = _by_deployment(bool(fields.get("tenant")))
         sets = [dims, [*dims, "variant"]] if fields.get("variant") else [dims]
         for name, (value, _) in metrics.items():
             fields[name] = value
@@ -169,7 +169,7 @@ class Telemetry:
                 line["PredictionCacheHits" if cached else "PredictionCacheMisses"] = 1
             if sessions is not None:
                 line["ModelCacheHits"], line["ModelCacheMisses"] = sessions
-            shape = (bool(fields.get("variant")), cached, sessions is not None, sources is not None, lookup_cache)
+            shape = (bool(fields.get("variant")), cached, sessions is not None, sources is not None, lookup_cache, bool(fields.get("tenant")))
             meta = self._emf_meta.get(shape)
             if meta is None:
                 meta = self._emf_meta[shape] = self._prediction_meta(*shape)
@@ -177,7 +177,9 @@ class Telemetry:
         log_info(logger, "prediction", line if info else metrics_only(line))
         return True
 
-    def _prediction_meta(self, variant: bool, cached: bool | None, model_cache: bool, sources: bool, lookup_cache: bool | None) -> list[dict[str, Any]]:
+    def _prediction_meta(
+        self, variant: bool, cached: bool | None, model_cache: bool, sources: bool, lookup_cache: bool | None, tenant: bool = True
+    ) -> list[dict[str, Any]]:  # fmt: skip
         metrics = {"Requests": (1, "Count"), "Predictions": (1, "Count"), "Rows": (0, "Count")}
         if not cached:
             metrics["Latency"] = (0, "Milliseconds")
@@ -185,7 +187,7 @@ class Telemetry:
             metrics["PredictionCacheHits" if cached else "PredictionCacheMisses"] = (1, "Count")
         if model_cache:
             metrics.update({"ModelCacheHits": (0, "Count"), "ModelCacheMisses": (0, "Count")})
-        dims = ["service", "deployment"]
+        dims = _by_deployment(tenant)
         meta = emf(self.namespace, [dims, [*dims, "variant"]] if variant else [dims], metrics)["CloudWatchMetrics"]
         if sources:
             meta += emf(self.namespace, [["service"]], {"PrecomputedRows": (0, "Count"), "LiveFallbackRows": (0, "Count")})["CloudWatchMetrics"]
@@ -205,7 +207,7 @@ class Telemetry:
         if self.sink is not None and self.counts_requests:
             self.sink.failure(fields, status, code)
         if self.emit_metrics:
-            dims = ["service", "deployment"] if fields.get("deployment") else ["service"]
+            dims = _by_deployment(bool(fields.get("tenant"))) if fields.get("deployment") else ["service"]
             metrics = {"Requests": (1, "Count"), "Errors": (1, "Count"), metric: (1, "Count")}
             for name, (value, _) in metrics.items():
                 line[name] = value
@@ -271,5 +273,12 @@ class Telemetry:
         if self.emit_metrics and metrics:
             for name, (value, _) in metrics.items():
                 line[name] = value
-            line["_aws"] = emf(self.namespace, [["service", "deployment", "mirror"]], metrics)
+            line["_aws"] = emf(self.namespace, [[*_by_deployment(bool(fields.get("tenant"))), "mirror"]], metrics)
         write(logging.INFO, "shadow comparison", line)
+
+
+def _by_deployment(tenant: bool) -> list[str]:
+    """The dimensions a deployment's series are kept by: its tenant's too, since deployment names
+    are per tenant (by service and deployment alone, acme's `iris` and globex's were one series,
+    each one's errors in the other's graphs and alarms)."""
+    return ["service", "tenant", "deployment"] if tenant else ["service", "deployment"]
