@@ -114,6 +114,15 @@ def test_a_replay_at_the_edges_of_the_range_runs(client: TestClient, keys: dict[
         assert r.json()["records"] == 0 and r.json()["until"] == datetime.fromtimestamp(parse_time(until, field="u"), UTC).isoformat()
 
 
+@pytest.mark.parametrize(("revision", "status"), [(1, 200), (2, 404), (999, 404)])
+def test_a_deployments_statistics_at_a_revision_it_has_not_made_are_a_404_naming_it(client: TestClient, keys: dict[str, str], revision: int, status: int) -> None:
+    """They were zeros under that revision's number: read as a revision that had no traffic."""
+    r = client.get(f"/api/v1/deployments/iris/stats?revision={revision}", headers=auth(keys["acme"]))
+    assert r.status_code == status, r.text
+    if status == 404:
+        assert r.json()["field"] == "revision" and "at revision 1" in r.json()["error"]
+
+
 def test_a_captured_record_whose_version_is_not_one_fails_alone(demo: Container, client: TestClient, keys: dict[str, str]) -> None:
     """Replay reads versions from captured records with the same parser: one that names no
     version (text, past 63 bits) is an unreadable record, counted, and the others are scored."""

@@ -285,6 +285,8 @@ class DeploymentService:
     def stats(self, principal: Principal, name: str, *, revision: int | None = None) -> dict[str, Any]:
         dep = self.registry.get_deployment(principal.tenant, name)
         rev = revision or dep.revision
+        if not 1 <= rev <= dep.revision:  # a revision not made yet: zeros under its number read as no traffic
+            raise NotFound(f"deployment '{name}' is at revision {dep.revision}: it has no revision {rev}", field="revision")
         counters = self._read_stats(principal.tenant, name, rev)
         history = [] if rev == dep.revision else self.registry.deployment_history(principal.tenant, name)
         return deployment_stats(name, rev, counters, parse_policy(_policy_at(dep, history, rev)))
