@@ -94,6 +94,11 @@ def test_sluice_cost_prints_the_table_and_draws_the_curves(
     code, out, _ = run_cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--rps", "5", "--json")
     report = json.loads(out)
     assert report["workload"]["rps"] == 5.0 and report["latency"]["sagemaker"]["source"].startswith("assumed")
+    # At a request every 10,000 s the asynchronous endpoint is scaled to zero for each: no p99, meets nothing
+    code, out, err = run_cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--rps", "0.0001", "--p99-ms", "2000")
+    assert code == 0, err
+    (row,) = [line.split() for line in out.splitlines() if line.startswith("sagemaker-async")]
+    assert row[2:4] == ["-", "no"], row
     code, _, err = run_cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--plot", str(tmp_path / "c.svg"))
     assert code == 2 and "[plot]" in err
     code, _, err = run_cli(capsys, "cost", "iris", "--latency", "gpu=2/9")

@@ -65,6 +65,10 @@ def test_an_async_endpoint_pays_two_front_door_requests_s3_and_scales_to_zero() 
     assert rare.breakdown["instances"] == pytest.approx(1.408 * 0.09 / 0.36 * 1e6)
     always_on = model.realtime(PRICES, replace(WORK, rps=1e-4), TEN_MS)
     assert rare.usd_per_million < always_on.usd_per_million  # where scaling to zero pays
+    # ...and where each request finds it scaled to zero and waits an instance's start: no p99 a
+    # target can be met by (it read the model's p99 and a poll, and met a 2 s target)
+    assert rare.p99_ms is None and "scaled to zero" in " ".join(rare.notes)
+    assert model.recommend([rare], 2000) is None
 
 
 def test_batch_pays_transitions_and_score_time_and_is_not_interactive() -> None:

@@ -75,7 +75,7 @@ def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
     target = report["p99_target_ms"]
     rows = []
     for o in report["options"]:
-        meets = "-" if not o["interactive"] else ("yes" if target is None or (o["p99_ms"] or 0) <= target else "no")
+        meets = "-" if not o["interactive"] else ("yes" if target is None or (o["p99_ms"] is not None and o["p99_ms"] <= target) else "no")
         rows.append({"runtime": o["runtime"], "usd_per_million": f"{o['usd_per_million']:.4f}",
                      "p99_ms": "-" if o["p99_ms"] is None else f"{o['p99_ms']:g}", "meets": meets, "how": o["how"]})  # fmt: skip
     table(rows, COLUMNS)
