@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.clients import lazy_client
+from sluice.domain.errors import InvalidRequest
 from sluice.domain.objects import made_at_revision
+from sluice.domain.values import parse_time, parse_version
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,9 +31,6 @@ def capture_window(
     `sluice.domain.values.parse_time` reads them, a duration ago included (`2h`); `until` None
     is `now`. `until` before `since`, or more than `MAX_WINDOW_S` after it: `error` (by default
     a 422) naming `field` + `since` or `until`."""
-    from sluice.domain.errors import InvalidRequest
-    from sluice.domain.values import parse_time
-
     refused = error or InvalidRequest
     start = parse_time(since, field=f"{field}since", now=now)
     end = now if until is None else parse_time(until, field=f"{field}until", now=now)
@@ -45,8 +44,6 @@ def check_order(since: float | None, until: float | None, *, field: str = "until
     """A window's `until` after its `since` (either open: any), or `error` (by default a 422)
     naming `field`: a capture read's, a monitoring history's."""
     if since is not None and until is not None and until <= since:
-        from sluice.domain.errors import InvalidRequest
-
         raise (error or InvalidRequest)("until must come after since", field=field)
 
 
@@ -116,9 +113,6 @@ def _ill_formed(record: Any) -> str | None:
     if record.get("revision") is not None and type(record["revision"]) is not int:
         return "revision is not a whole number"
     if record.get("version") is not None:
-        from sluice.domain.errors import InvalidRequest
-        from sluice.domain.values import parse_version
-
         try:  # the rule every version is read by (a version kept as its text, "1", reads as 1)
             parse_version(record["version"], field="version")
         except InvalidRequest:

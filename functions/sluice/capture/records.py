@@ -40,7 +40,11 @@ def encode_inputs(
     # a version skips the transform whose features the setting names: the model's inputs are
     # named otherwise, or not at all): nothing can tell which values are its, so no input's
     # values are written. It was written in clear.
-    found = set(arrays) | {f for name, array in arrays.items() if array.ndim == 2 for f in (names.get(name) or ()) if len(names.get(name) or ()) == array.shape[1]}
+    found = set(arrays)
+    for name, array in arrays.items():
+        features = names.get(name) or ()
+        if array.ndim == 2 and len(features) == array.shape[1]:  # the columns `redact` can name
+            found.update(features)
     whole = bool(hidden - found)
     out: dict[str, Any] = {}
     redacted: list[str] = []

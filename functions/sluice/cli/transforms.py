@@ -78,7 +78,7 @@ def fit_node(table: pa.Table, wanted: dict[str, list[str]]) -> dict[str, Any]:
     """The transform node (JSON) with the parameters `table` gives for each op's columns."""
     import pyarrow.compute as pc
 
-    from sluice.domain.policy import check_finite
+    from sluice.domain.policy_numbers import check_finite
     from sluice.domain.transform_specs import answer_specs
     from sluice.domain.transforms import Transform
 

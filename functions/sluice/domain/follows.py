@@ -27,15 +27,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sluice.domain.errors import Forbidden, InvalidRequest
+from sluice.domain.follow_plans import Plan, parse_plan
 from sluice.domain.locations import Root, confine
 from sluice.domain.objects import now
-from sluice.domain.rollouts import (
-    MAX_MIN_REQUESTS,
-    parse_duration,
-    parse_gates,
-    parse_steps,
-    percent_text,
-)
 
 Registry = Literal["mlflow", "sagemaker"]
 ChangeMeaning = Literal["stale", "rejected", "withdrawn", "update", "superseded", "approved", "approved_again", "pending"]
@@ -62,49 +56,6 @@ GROUP_NAME = r"[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62}"
 _ARN_HEAD = r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
 _GROUP = re.compile(rf"{_ARN_HEAD}model-package-group/(?P<group>{GROUP_NAME})\Z")
 PACKAGE_ARN = re.compile(rf"{_ARN_HEAD}model-package/(?P<group>{GROUP_NAME})/(?P<version>\d+)\Z")
-_PLAN = re.compile(
-    r"^\s*(?P<steps>[0-9.,%\s]+?)\s*(?:\bevery\s+(?P<every>\S+))?\s*\bgate\s+(?P<gates>.+?)"
-    r"\s*(?:\bmin\s+(?P<min>\d+))?\s*\Z"
-)
-DEFAULT_EVERY = "10m"
-DEFAULT_MIN_REQUESTS = 100
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """How each followed version is rolled out: `1,10,50,100 every 10m gate agreement>=0.98`
-    (`every` defaults to 10m; `min N`: candidate requests a step needs, default 100)."""
-
-    steps: tuple[float, ...]
-    every: str
-    gates: str
-    min_requests: int = DEFAULT_MIN_REQUESTS
-
-    def __str__(self) -> str:
-        steps = ",".join(map(percent_text, self.steps))  # read back as the same numbers
-        return f"{steps} every {self.every} gate {self.gates} min {self.min_requests}"
-
-
-def parse_plan(text: str, *, field: str = "rollout") -> Plan:
-    found = _PLAN.match(text or "")
-    if found is None:
-        raise InvalidRequest(
-            f"{text!r} is not a rollout plan such as '1,10,50,100 every 10m gate agreement>=0.98' "
-            "(STEPS [every DURATION] gate GATES [min REQUESTS])",
-            field=field,
-        )
-    steps = parse_steps(found["steps"].replace(" ", ""), field=field)
-    if steps[0] >= 100:
-        raise InvalidRequest("give at least one step below 100 before the last", field=field)
-    every = found["every"] or DEFAULT_EVERY
-    parse_duration(every, field=field)
-    gates = ",".join(str(g) for g in parse_gates(found["gates"].replace(" ", ""), field=field))
-    minimum = int(found["min"]) if found["min"] else DEFAULT_MIN_REQUESTS
-    if not 1 <= minimum <= MAX_MIN_REQUESTS:
-        raise InvalidRequest(f"min must be a whole number of requests from 1 to {MAX_MIN_REQUESTS}", field=field)
-    return Plan(steps, every, gates, minimum)
-
-
 @dataclass(frozen=True, slots=True)
 class Source:
     """What is followed, read from the text given: an MLflow alias or `latest`, or a SageMaker

@@ -126,7 +126,11 @@ def parse_steps(
             raise InvalidRequest("steps are percentages, not booleans", field=field)
         # Text by the rule every number written as text is read by (Python's float took `1_0`
         # for 10, and digits of other scripts)
-        read = parse_number(item.strip().removesuffix("%")) if isinstance(item, str) else item if isinstance(item, int | float) else None
+        read: float | None = None
+        if isinstance(item, str):
+            read = parse_number(item.strip().removesuffix("%"))
+        elif isinstance(item, int | float):
+            read = item
         if read is None:
             raise InvalidRequest(f"step {str(item).strip()!r} is not a number", field=field)
         try:
