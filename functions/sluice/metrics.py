@@ -235,7 +235,7 @@ class _Monitoring:
         )  # fmt: skip
         quality = GaugeMetricFamily(
             "ml_inference_model_quality", "The model's quality from labels posted for its predictions in the deployment's "
-            "latest window with labels (accuracy, precision, recall, auc; mae, rmse), per variant ('all': every one)",
+            "latest window with labels (accuracy, precision, recall, auc; mae, rmse), per variant (variant=\"\": every one)",
             labels=("tenant", "deployment", "variant", "metric"),
         )  # fmt: skip
         for deployment, window in self.monitored.items():
@@ -246,7 +246,9 @@ class _Monitoring:
                 count += found["verdict"] not in ("ok", "too_few_rows")
             alerts.add_metric((tenant, deployment), count)
         for deployment, window in self.quality.items():
-            for variant, found in (("all", window), *window["variants"].items()):
+            # Every variant together is the empty variant: no variant's name can be empty, and any
+            # other word could be a variant's own name (`all` is a valid one).
+            for variant, found in (("", window), *window["variants"].items()):
                 for metric in ("accuracy", "precision", "recall", "auc", "mae", "rmse"):
                     if found.get(metric) is not None:
                         quality.add_metric((tenant, deployment, variant, metric), found[metric])

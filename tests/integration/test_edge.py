@@ -259,16 +259,38 @@ TAKES = {
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
+def _takes(path: str) -> set[str]:
+    """A path's methods: HEAD wherever GET is (RFC 9110: the GET's answer without its body)."""
+    return TAKES[path] | ({"HEAD"} if "GET" in TAKES[path] else set())
+
+
 @pytest.mark.parametrize("path", TAKES)
 def test_a_method_a_path_does_not_take_is_a_405_naming_every_method_it_does(client: TestClient, keys: dict[str, str], path: str) -> None:
-    for method in [m for m in METHODS if m not in TAKES[path]]:
+    for method in [m for m in METHODS if m not in _takes(path)]:
         answer = client.request(method, path, headers=auth(keys["acme"]))
         assert answer.status_code == 405, (method, answer.text)
-        assert set(answer.headers["allow"].split(", ")) == TAKES[path], (method, answer.headers["allow"])
+        assert set(answer.headers["allow"].split(", ")) == _takes(path), (method, answer.headers["allow"])
         if method != "HEAD":
             assert answer.json()["code"] == "method_not_allowed"
     options = client.options(path)  # no route takes OPTIONS: a 405 with no key too, on the hot routes as on the rest
-    assert options.status_code == 405 and set(options.headers["allow"].split(", ")) == TAKES[path], options.text
+    assert options.status_code == 405 and set(options.headers["allow"].split(", ")) == _takes(path), options.text
+
+
+def test_head_is_every_get_answered_without_its_body(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    """For each path the API declares a GET for (and the public ones, the console's, a path no
+    route has), HEAD answers the GET's status and headers with no body, with a key and without."""
+    import re
+
+    declared = client.get("/openapi.json").json()["paths"]
+    paths = [re.sub(r"\{[^}]+\}", "1", re.sub(r"\{(name|deployment)\}", "iris", t)) for t, ops in declared.items() if "get" in ops]
+    assert "/api/v1/deployments/iris" in paths and "/v2/models/iris" in paths
+    for path in [*paths, "/healthz", "/v2/health/ready", "/console/", "/docs", "/nowhere"]:
+        for headers in (auth(keys["acme"]), {}, {**auth(keys["acme"]), "Accept-Encoding": "gzip"}):
+            get, head = client.get(path, headers=headers), client.head(path, headers=headers)
+            assert head.status_code == get.status_code, (path, headers, head.status_code, get.status_code, get.text[:200])
+            assert head.content == b"", (path, head.content[:100])
+            same = {k: v for k, v in head.headers.items() if k not in ("date", "x-request-id")}
+            assert same == {k: v for k, v in get.headers.items() if k not in ("date", "x-request-id")}, path
 
 
 def test_every_route_answers_options_with_a_405_naming_every_method_of_its_path(client: TestClient, demo: Container) -> None:

@@ -197,3 +197,16 @@ print("ok")
     }  # fmt: skip
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_a_variant_named_all_keeps_its_own_quality_series() -> None:
+    """Every variant together is `variant=""`: a split's variant may be named `all`, and its
+    accuracy must not read as (or overwrite) the deployment's."""
+    quality = {"shop": {"accuracy": 0.5, "variants": {"all": {"accuracy": 0.9}, "b": {"accuracy": 0.1}}}}
+    text = PrometheusMetrics().exposition("acme", quality=quality).decode()
+    found = {
+        s.labels["variant"]: s.value
+        for family in text_string_to_metric_families(text) if family.name == "ml_inference_model_quality"
+        for s in family.samples if s.labels["metric"] == "accuracy"
+    }  # fmt: skip
+    assert found == {"": 0.5, "all": 0.9, "b": 0.1}

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from fastapi import Request
     from starlette.responses import Response
-    from starlette.types import Receive, Scope, Send
+    from starlette.types import Message, Receive, Scope, Send
 
     from sluice.wiring import Container
 
@@ -96,6 +96,8 @@ class SluiceApp(FastAPI):
         for route in self.router.routes:
             if route.matches(scope)[0] is not Match.NONE:
                 methods.update(getattr(route, "methods", None) or ())
+        if "GET" in methods:  # answered as GET without the body (`_headless`)
+            methods.add("HEAD")
         return ", ".join(sorted(methods))
 
     def wrong_method(self, scope: Scope) -> Response:
@@ -112,6 +114,8 @@ class SluiceApp(FastAPI):
         self._route()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "HEAD":
+            scope, send = _headless(scope, send)
         if scope["type"] == "websocket":  # `/api/v1/stream`: authenticated at connect, not per request
             if self._sockets is None:
                 from sluice.api.websocket import Sockets
@@ -154,6 +158,22 @@ class SluiceApp(FastAPI):
                 separate_input_output_schemas=False,  # one schema per model: a policy reads as it is written
             )
         return self.openapi_schema
+
+
+def _headless(scope: Scope, send: Send) -> tuple[Scope, Send]:
+    """A HEAD request answered as its GET would be, without the body (RFC 9110, 9.3.2): the
+    same status and headers (`Content-Length` the GET's), on every route, whoever answers it
+    (the framework's routes take GET alone; a path that takes no GET answers HEAD with the
+    same 405). The server keeps its own scope, which still says HEAD."""
+
+    async def headless(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            if message.get("more_body"):
+                return
+            message = {"type": "http.response.body", "body": b"", "more_body": False}
+        await send(message)
+
+    return {**scope, "method": "GET"}, headless
 
 
 @asynccontextmanager

@@ -86,6 +86,7 @@ def cmd_monitor_status(args: argparse.Namespace) -> int:
     return 0
 
 
+ALL_VARIANTS = "(all)"  # every variant together: parentheses are in no variant's name
 QUALITY_COLUMNS = ["window_start", "variant", "rows", "accuracy", "precision", "recall", "auc", "mae", "rmse"]
 
 
@@ -96,7 +97,7 @@ def _print_quality(windows: list[dict[str, Any]]) -> None:
     print("model quality from labels, per window and variant:")
     rows = [
         {"window_start": w["window_start"], "variant": variant, **{k: _short(found.get(k)) for k in QUALITY_COLUMNS[2:]}}
-        for w in windows for variant, found in (("all", w), *w["variants"].items())
+        for w in windows for variant, found in ((ALL_VARIANTS, w), *w["variants"].items())
     ]  # fmt: skip
     table(rows, QUALITY_COLUMNS)
 
