@@ -406,3 +406,21 @@ def test_a_replaced_generation_is_served_while_a_container_may_still_point_at_it
     store.publish("acme", "recs", Publication("g3", "g3", "diabetes", [], published_at=later, made_at=later), expires_at=later + 86400)
     left = store._conn().execute("SELECT generation FROM answers WHERE tenant = 'acme' AND tbl = 'recs'").fetchall()
     assert left == [("g2",)]  # g1 removed with the expired rows; g3 wrote none
+
+
+def test_a_key_that_is_a_list_or_a_struct_fails_its_row_alone(recs: Container, acme: Principal, tmp_path: Path) -> None:
+    """In Parquet a key column can hold lists or structs: no one entity, so such a row fails (in
+    the error file, with its reason) and nothing is published under the value's text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for kind, keys in (("list", [[1, 2], None, [], [3]]), ("struct", [{"id": 1}, None, {"id": 2}, {"id": 3}])):
+        features = {f: pa.array([0.01] * len(keys)) for f in FEATURES}
+        path = tmp_path / f"{kind}.parquet"
+        pq.write_table(pa.table({"user": pa.array(keys), **features}), path)
+        job = run_job(recs, acme, path, deployment="diabetes", key_columns=["user"], publish={"table": "recs", "key": "user"}, output_uri=str(tmp_path / kind))
+        assert job.rows_out == 0 and job.rows_failed == 4, (kind, job.status, job.error)
+        reasons = read_errors(job)
+        assert len(reasons) == 4 and all("is empty on this row, a list or an object" in e["reason"] for e in reasons), reasons
+        texts = ["[1, 2]", "[1,2]", "[3]", "{'id': 1}", '{"id": 1}', "[]"]
+        assert recs.precomputed.get_answers("acme", "recs", job.id, texts, now=time.time()) == {}

@@ -79,7 +79,7 @@ class Publishing:
         values = table.column(self.key).to_pylist() if self.key in table.column_names else [None] * table.num_rows
         found[:] = [entity_of(v) for v in values]
         missing = np.flatnonzero(np.equal(found, None) & np.equal(reasons, None))
-        reasons[missing] = f"publish key column '{self.key}' is empty on this row, not UTF-8 text, or longer than {MAX_ENTITY_BYTES} bytes (UTF-8): it cannot be published"
+        reasons[missing] = f"publish key column '{self.key}' is empty on this row, a list or an object, not UTF-8 text, or longer than {MAX_ENTITY_BYTES} bytes (UTF-8): it cannot be published"
         return found
 
     def collect(self, entities: np.ndarray, answer: Answer) -> list[tuple[str, bytes]]:

@@ -75,7 +75,8 @@ class Precomputed(ReadsRequest, Part):
 def entity_of(value: Any) -> str | None:
     """An entity key as the table stores it: a string as it is, a whole number without a
     fraction (`7`, `7.0` and `"7"` are one entity), bytes as the UTF-8 text they are; None
-    for a missing one (null, NaN, an empty string), bytes that are no UTF-8 text (read with
+    for a missing one (null, NaN, an empty string), a list or an object (several values, or
+    none: no one entity), bytes that are no UTF-8 text (read with
     replacement characters, two such keys would be one entity), or one longer than
     `MAX_ENTITY_BYTES` in UTF-8, which no stored answer can have (never cut short: two keys
     alike in their first bytes are two entities)."""
@@ -98,6 +99,8 @@ def entity_of(value: Any) -> str | None:
         if math.isnan(value):
             return None
         return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, list | tuple | dict | set | frozenset):
+        return None  # a list or an object (a JSON Lines row's) is no one key: its text is no entity's
     item = getattr(value, "item", None)  # a NumPy scalar
     return entity_of(item()) if callable(item) else str(value)
 
