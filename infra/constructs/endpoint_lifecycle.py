@@ -130,12 +130,14 @@ class EndpointLifecycle(Construct):
         model_bucket: s3.IBucket,
         store_prefix: str,
         results_prefix: str,
+        uploads_prefix: str,
         reserved_endpoints: Sequence[str] = (),
         reserved_components: Sequence[str] = (),
     ) -> None:
         """`store_prefix`: the artifact store's root in `model_bucket` (`artifacts/`); the store
         keeps objects under `tenants/<tenant>/sha256/<digest><suffix>` below it, and
-        asynchronous results under `results_prefix` + `tenants/<tenant>/`.
+        asynchronous results under `results_prefix` + `tenants/<tenant>/`, and the bodies
+        clients upload under `uploads_prefix` + `tenants/<tenant>/`.
         `reserved_endpoints` and `reserved_components`: the operator's endpoints (infra/sluice.yaml's)
         and their inference components, whose names share the run-time prefix: the API may invoke
         and re-weight them, never replace, retag, delete them or their scaling alarms (an explicit
@@ -170,6 +172,10 @@ class EndpointLifecycle(Construct):
         role.add_to_policy(
             iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[results])
         )
+        # A body a client uploaded (`POST /api/v1/uploads`) is handed over as it lies, as the
+        # request's InputLocation (`sluice.runtimes.sagemaker_async`): read, never written.
+        uploaded = model_bucket.arn_for_objects(f"{uploads_prefix}tenants/*")
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[uploaded]))
         # The topics sluice makes for asynchronous endpoints (`<endpoint>-succeeded|failed`):
         # never `sluice-*` as a whole, which names the operator's alarm topic too.
         self._topics = topics = [
@@ -183,6 +189,13 @@ class EndpointLifecycle(Construct):
             "Asynchronous requests' inputs, answers and errors: one object per request under a "
             "tenant's results prefix, named at run time; sluice only deploys an asynchronous "
             "endpoint whose output path lies under its own tenant's prefix.",
+        )
+        acknowledge(
+            role,
+            wildcard_resource(self, uploaded),
+            "Request bodies tenants uploaded, one object per upload named at run time, read only: "
+            "sluice hands an endpoint only an upload of the tenant whose request it is "
+            "(`sluice.storage.uploads`, by the key's tenant).",
         )
         for topic in topics:
             acknowledge(

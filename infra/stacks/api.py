@@ -40,7 +40,7 @@ from infra.constructs.registry_events import RegistryEvents, follow_environment
 from infra.constructs.rest_api import DEFAULT_PLAN, RestApi
 from infra.constructs.rollouts import RolloutController
 from infra.constructs.websocket_api import WebSocketApi
-from infra.naming import RESULTS_PREFIX, STORE_PREFIX
+from infra.naming import RESULTS_PREFIX, STORE_PREFIX, UPLOADS_PREFIX
 from infra.stacks.base import FunctionStack
 
 
@@ -95,6 +95,7 @@ class ApiStack(FunctionStack):
             model_bucket=storage.artifacts,
             store_prefix=STORE_PREFIX,
             results_prefix=RESULTS_PREFIX,
+            uploads_prefix=UPLOADS_PREFIX,
             reserved_endpoints=self.endpoint_names,
             reserved_components=reserved_components,
         )

@@ -339,6 +339,9 @@ def test_the_execution_role_reads_model_archives_pulls_triton_writes_logs_and_as
     results = f"arn:aws:s3:::{ARTIFACTS}/artifacts/results/tenants/acme/"
     for key in ("0123abcd/input", "sagemaker/0123abcd.out", "sagemaker-errors/0123abcd-error.out"):
         assert _allowed(statements, "s3:GetObject", results + key) and _allowed(statements, "s3:PutObject", results + key)
+    # A body a client uploaded is the request's InputLocation as it lies: read, never written.
+    uploaded = f"arn:aws:s3:::{ARTIFACTS}/artifacts/uploads/tenants/acme/{'0' * 32}/body"
+    assert _allowed(statements, "s3:GetObject", uploaded) and not _allowed(statements, "s3:PutObject", uploaded)
     endpoint = endpoint_names.endpoint_name("acme", "iris")
     assert _allowed(statements, "sns:Publish", f"arn:aws:sns:{REGION}:{ACCOUNT}:{endpoint}-succeeded")
     assert not _allowed(statements, "sns:Publish", f"arn:aws:sns:{REGION}:{ACCOUNT}:someone-elses")
