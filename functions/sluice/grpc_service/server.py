@@ -15,7 +15,7 @@ import grpc.aio
 
 from sluice.api.deps import _bearer
 from sluice.domain.errors import SluiceError
-from sluice.grpc_service.service import CALLER, GRPC_MISSING_KEY, InferenceService, status_of
+from sluice.grpc_service.service import CALLER, GRPC_MISSING_KEY, InferenceService, call_metadata, status_of
 from sluice.services.admission import Capacity
 
 if TYPE_CHECKING:
@@ -132,7 +132,11 @@ class Guard:
         """The call's principal, metadata (keys lowercased, text values only) and key; a call
         without a working key is ended UNAUTHENTICATED here (a registry that cannot tell,
         UNAVAILABLE)."""
-        metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        try:
+            metadata = call_metadata(context)
+        except SluiceError as exc:
+            code, message, trailer = status_of(exc)
+            await context.abort(code, message, trailing_metadata=trailer)
         key = _bearer(metadata)  # type: ignore[arg-type]
         if not key:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, GRPC_MISSING_KEY)

@@ -30,6 +30,7 @@ from sluice.codecs.classification import asked
 from sluice.codecs.plain import who_answered
 from sluice.domain.errors import (
     Accepted,
+    BadRequest,
     PayloadTooLarge,
     SluiceError,
     Unauthenticated,
@@ -74,6 +75,23 @@ Caller = tuple["Principal", dict[str, str]]
 # task): the key is read once a call. None where the server did not (a public RPC, a stream).
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("sluice_grpc_caller", default=None)
 GRPC_MISSING_KEY = "missing API key: send 'authorization: Bearer <key>' or 'x-api-key: <key>' metadata"
+KEY_METADATA = ("authorization", "x-api-key")
+
+
+def call_metadata(context: ServicerContext) -> dict[str, str]:
+    """The call's metadata, keys lowercased, text values only. A key's entry (`authorization`,
+    `x-api-key`) given twice is refused (INVALID_ARGUMENT), as the same header twice is over
+    HTTP (`sluice.api.deps._bearer`): a proxy in front that read the other copy would disagree
+    about whose call it is."""
+    metadata: dict[str, str] = {}
+    for name, value in context.invocation_metadata() or ():
+        if not isinstance(value, str):
+            continue
+        name = name.lower()
+        if name in KEY_METADATA and name in metadata:
+            raise BadRequest(f"the {name} metadata is given twice: send one", field=name)
+        metadata[name] = value
+    return metadata
 
 
 def status_of(exc: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
@@ -131,7 +149,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         caller = CALLER.get()
         if caller is not None:
             return caller
-        metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        metadata = call_metadata(context)
         try:
             principal = await authenticate({}, metadata, self.container)  # type: ignore[arg-type]
         except Unauthenticated as exc:

@@ -162,6 +162,33 @@ def test_keys_and_tenants(grpc_url: str, keys: dict[str, str], served: Container
     assert fails(client.infer, "iris", rows, headers=auth(key)).status() == "StatusCode.UNAUTHENTICATED"
 
 
+@pytest.mark.parametrize("name", ["authorization", "x-api-key"])
+def test_a_key_given_twice_is_refused_whichever_copy_works(grpc_url: str, keys: dict[str, str], name: str) -> None:
+    """Two copies of the key's metadata are INVALID_ARGUMENT naming it, as two headers are a
+    400 over HTTP, on unary calls and streams alike: never answered as either copy's tenant."""
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+
+    value = (lambda k: f"Bearer {k}") if name.lower() == "authorization" else (lambda k: k)
+    request = pb.ModelInferRequest(model_name="iris", inputs=[pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[1, 4])])
+    request.inputs[0].contents.fp32_contents.extend(SETOSA)
+    channel, stub = _stub(grpc_url)
+    for pair in ((keys["globex"], keys["acme"]), (keys["acme"], keys["globex"]), (keys["acme"], keys["acme"]), ("sk_not_a_key", keys["acme"])):
+        metadata = tuple((name.lower(), value(k)) for k in pair)
+        calls = (
+            lambda md=metadata: stub(channel).ModelInfer(request, metadata=md),
+            lambda md=metadata: stub(channel).ModelMetadata(pb.ModelMetadataRequest(name="iris"), metadata=md),
+            lambda md=metadata: next(iter(stub(channel).ModelStreamInfer(iter([request]), metadata=md))),
+        )
+        for call in calls:
+            with pytest.raises(grpc.RpcError) as caught:
+                call()
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (pair, caught.value.details())
+            assert f"the {name.lower()} metadata is given twice" in caught.value.details()
+            assert ("sluice-field", name.lower()) in caught.value.trailing_metadata()
+    channel.close()
+
+
 def test_other_extensions_say_unimplemented(grpc_url: str, keys: dict[str, str]) -> None:
     client = grpcclient.InferenceServerClient(grpc_url)
     for call in (client.get_system_shared_memory_status, client.get_cuda_shared_memory_status, client.get_trace_settings):
