@@ -10,7 +10,7 @@ import time
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sluice.capture.held import HELD, captured_id
+from sluice.capture.held import HELD, RecordAt, captured_id
 from sluice.capture.records import to_record
 from sluice.observability import get_logger
 from sluice.observability.telemetry import emf, write
@@ -90,8 +90,8 @@ class Capturer:
         for j, rid in enumerate(ids):
             rows = slice(j, j + 1) if offsets is None else slice(int(offsets[j]), int(offsets[j + 1]))
             offer = (dep, captured_id(rid), answer, arrays, latency_ms, inputs, rows)
-            if held is not None:
-                held.append((self, offer))
+            if held is not None and type(rid) is RecordAt:
+                held.append((self, rid.at, offer))
             else:
                 self.offer(*offer)
 

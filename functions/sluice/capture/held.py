@@ -6,11 +6,22 @@ from the capturer, so that the stream's path imports no more than this."""
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NamedTuple
 
-HELD: ContextVar[list[tuple[Any, tuple[Any, ...]]] | None] = ContextVar("sluice_capture_held", default=None)
+# (the capturer, the record's place in its micro-batch, the offer)
+HELD: ContextVar[list[tuple[Any, int, tuple[Any, ...]]] | None] = ContextVar("sluice_capture_held", default=None)
+
+
+class RecordAt(NamedTuple):
+    """A stream record's id (what its capture is kept under) and its place in the micro-batch
+    (what tells whether it was answered for good: ids may be absent or repeated)."""
+
+    at: int
+    id: Any
 
 
 def captured_id(rid: Any) -> str:
     """A record's id as its capture keeps it."""
+    if type(rid) is RecordAt:
+        rid = rid.id
     return "" if rid is None else str(rid)

@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 from orjson import JSONDecodeError, loads
 
+from sluice.capture.held import RecordAt
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.json_text import loads as loads_or_too_deep
 from sluice.codecs.json_text import too_deep
@@ -231,7 +232,7 @@ class Layout:
 def _layouts(hot: list[tuple[int, Any, Any]], stacked: tuple[str, np.ndarray] | None, full: list[_Item]) -> list[Layout]:
     """The records by layout, the hot records' first (almost always the only one)."""
     if not full:
-        return [Layout(hot, full, Records(dict((stacked,)), ids=[rid for _, rid, _ in hot]))] if stacked is not None else []
+        return [Layout(hot, full, Records(dict((stacked,)), ids=[RecordAt(at, rid) for at, rid, _ in hot]))] if stacked is not None else []
     groups: dict[tuple[Any, ...], list[_Item]] = {}
     for item in full:
         groups.setdefault(_shape(item.arrays), []).append(item)
@@ -258,7 +259,7 @@ def _layout(hot: list[tuple[int, Any, Any]], parts: dict[str, list[np.ndarray]],
         name: np.stack(arrays) if name in scalars else arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
         for name, arrays in parts.items()
     }  # fmt: skip
-    ids = [rid for _, rid, _ in hot] + [item.id for item in items]
+    ids = [RecordAt(at, rid) for at, rid, _ in hot] + [RecordAt(item.index, item.id) for item in items]
     if not items:  # hot records only: a row each, no route asked for
         return Layout(hot, items, Records(arrays, ids=ids))
     rows = np.asarray([1] * len(hot) + [item.rows for item in items], dtype=np.intp)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sluice.capture.held import HELD, captured_id
+from sluice.capture.held import HELD
 from sluice.inference.loop import gc_paused
 from sluice.stream.core import hold_order
 
@@ -28,7 +28,7 @@ async def process(scorer: StreamScorer, records: Sequence[StreamRecord], sink: S
     refused is retried, and so are the later records of its order group, already written in
     the same call (the destination sees them again after it: at least once)."""
     with gc_paused():
-        held: list[tuple[Any, tuple[Any, ...]]] = []
+        held: list[tuple[Any, int, tuple[Any, ...]]] = []
         token = HELD.set(held)  # captured once answered for good, below: a record retried is captured when it is
         try:
             outcomes = await scorer.score(records)
@@ -41,9 +41,8 @@ async def process(scorer: StreamScorer, records: Sequence[StreamRecord], sink: S
             outcomes[index].output, outcomes[index].retry = None, NOT_WRITTEN
         if refused:
             hold_order(records, outcomes)
-        if held:
-            written = {captured_id(o.output.get("id")) for o in outcomes if o.retry is None and o.output is not None}
-            for capturer, offer in held:
-                if offer[1] in written:
+        if held:  # by the record's place: ids may be absent or repeated, and a retried record's twin is not it
+            for capturer, at, offer in held:
+                if outcomes[at].retry is None and outcomes[at].output is not None:
                     capturer.offer(*offer)
         return outcomes

@@ -13,7 +13,7 @@ import pytest
 
 from sluice.routing.choose import sticky_pick
 from tests.integration.aws.conftest import REGION
-from tests.integration.stream.conftest import kafka_event, kinesis_event, load, rows, sqs_event
+from tests.integration.stream.conftest import SETOSA, VIRGINICA, kafka_event, kinesis_event, load, rows, sqs_event
 
 if TYPE_CHECKING:
 
@@ -429,6 +429,48 @@ def test_a_record_retried_is_captured_once_when_it_is_answered_for_good(
     assert sorted(r["request_id"] for r in _captured(demo)) == ["tx-0"]  # the others wait for their delivery again
     assert handle({"Records": event["Records"][1:]}) == {"batchItemFailures": []}
     assert sorted(r["request_id"] for r in _captured(demo)) == ["tx-0", "tx-1", "tx-2", "tx-3"]
+
+
+def _refusing_at_once(kinesis: Any, at: int) -> Any:
+    """A Kinesis client whose first PutRecords refuses the entry at `at` (throttling) and writes
+    the others to moto; every later call writes all."""
+    calls = []
+
+    class Throttled:
+        def put_records(self, Records: list[dict[str, Any]], **target: Any) -> dict[str, Any]:
+            calls.append(len(Records))
+            if len(calls) > 1:
+                return kinesis.put_records(Records=Records, **target)
+            answers = iter(kinesis.put_records(Records=[r for i, r in enumerate(Records) if i != at], **target)["Records"])
+            out = [{"ErrorCode": "ProvisionedThroughputExceededException"} if i == at else next(answers) for i in range(len(Records))]
+            return {"FailedRecordCount": 1, "Records": out}
+
+    return Throttled()
+
+
+@pytest.mark.parametrize("ids", [[None] * 4, ["same"] * 4, ["a", None, "a", None]], ids=["no ids", "one id", "mixed"])
+def test_records_without_an_id_or_sharing_one_are_captured_once_too(
+    aws: None, bind: Bind, demo: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch, ids: list[str | None]
+) -> None:
+    """`id` is optional and need not be unique: what is captured once answered for good is the
+    record, by its place in the delivery, never every record that shares its id."""
+    from sluice.handlers import stream
+    from sluice.stream.sinks import KinesisSink
+
+    kinesis = boto3.client("kinesis", region_name=REGION)
+    kinesis.create_stream(StreamName="captured", ShardCount=1)
+    demo.deployments.update(acme, "iris", None, capture={"sample_percent": 100})
+    handle = bind({"kind": "kinesis", "target": "captured"})
+    throttled = _refusing_at_once(kinesis, 1)  # one for every call: it refuses once
+    monkeypatch.setattr(stream, "sink_for", lambda binding: KinesisSink(throttled, "captured"))
+    bodies = [{"features": SETOSA if i % 2 == 0 else VIRGINICA} | ({"id": rid} if rid is not None else {}) for i, rid in enumerate(ids)]
+    event = kinesis_event([json.dumps(b) for b in bodies])
+    assert len(handle(event)["batchItemFailures"]) == 3  # records 1 to 3: refused, or after the refused one
+    first = _captured(demo)
+    assert [r["outputs"]["output_label"]["data"] for r in first] == [["setosa"]]  # record 0 alone
+    assert handle({"Records": event["Records"][1:]}) == {"batchItemFailures": []}
+    every = _captured(demo)
+    assert len(every) == 4 and [r["outputs"]["output_label"]["data"][0] for r in every].count("virginica") == 2
 
 
 def test_an_output_too_large_for_the_queue_becomes_an_error_record(aws: None, bind: Bind) -> None:
