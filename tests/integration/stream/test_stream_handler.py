@@ -13,7 +13,15 @@ import pytest
 
 from sluice.routing.choose import sticky_pick
 from tests.integration.aws.conftest import REGION
-from tests.integration.stream.conftest import SETOSA, VIRGINICA, kafka_event, kinesis_event, load, rows, sqs_event
+from tests.integration.stream.conftest import (
+    SETOSA,
+    VIRGINICA,
+    kafka_event,
+    kinesis_event,
+    load,
+    rows,
+    sqs_event,
+)
 
 if TYPE_CHECKING:
 
