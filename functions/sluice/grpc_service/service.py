@@ -163,11 +163,18 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         """The authenticated caller and its metadata, its rate counted, and the call one of
         its key's requests in flight while the block runs (RESOURCE_EXHAUSTED past the cap)."""
         principal, metadata = await self._authenticated(context)
+        async with self._admitted(principal):
+            yield principal, metadata
+
+    @contextlib.asynccontextmanager
+    async def _admitted(self, principal: Principal) -> AsyncIterator[None]:
+        """The caller's rate counted, and the call one of its key's requests in flight while the
+        block runs (RESOURCE_EXHAUSTED past the cap)."""
         if self.rate_limit is not None:
             await self.rate_limit.check(principal.subject)
         admission = self.container.admission
         with admission.held(principal, prediction=False) if admission is not None else contextlib.nullcontext():
-            yield principal, metadata
+            yield
 
     @contextlib.asynccontextmanager
     async def _tenant_call(self, context: ServicerContext) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
@@ -248,11 +255,17 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         is checked again before each request: once revoked, the stream ends UNAUTHENTICATED.
         Each request counts against the key's rate (`SLUICE_RATE_LIMIT`) as a unary call does
         (the first with the stream's opening): one past it is answered with its error."""
+        outcomes = self.container.predictions.outcomes
         async with contextlib.AsyncExitStack() as open_call:
             checked_at = self.container.keys.generation()  # before the key is read
             try:
-                principal, metadata = await open_call.enter_async_context(self._caller(context))
+                principal, metadata = await self._authenticated(context)
             except Exception as exc:
+                await self._fail(context, exc)
+            try:
+                await open_call.enter_async_context(self._admitted(principal))
+            except Exception as exc:  # refused as it opens (its rate, its key's calls): a request, counted
+                outcomes.refused(principal.tenant, None, exc)  # no message read: no deployment at hand
                 await self._fail(context, exc)
             key = HeldKey(self.container.keys, principal.subject, checked_at)
             counted = True  # the first request's rate was counted with the stream's opening
@@ -263,7 +276,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                     await self._fail(context, exc)
                 try:
                     if not counted and self.rate_limit is not None:
-                        await self.rate_limit.check(principal.subject)
+                        try:
+                            await self.rate_limit.check(principal.subject)
+                        except SluiceError as exc:  # a request refused by its rate: counted as a unary one is
+                            outcomes.refused(principal.tenant, request.model_name, exc)
+                            raise
                     counted = False
                     with use_tenant(principal.tenant):
                         answer = await self._infer(principal, metadata, request)  # wire.write_stream_response

@@ -282,3 +282,58 @@ def test_one_tenant_holding_every_call_open_cannot_keep_another_tenant_out(serve
         finally:
             stop.set()
             holder.join(10)
+
+
+@pytest.mark.parametrize("how", ["unary", "stream", "streams"])
+def test_requests_refused_by_their_rate_are_counted_on_every_door(tmp_path: Any, acme: Principal, how: str) -> None:
+    """Six requests at three a minute: three answered, three 429s (RESOURCE_EXHAUSTED), and all
+    six counted, whether they come as unary calls, as one stream's messages, or as streams of
+    one message each (refused as they open, before any message is read)."""
+    from sluice.demo import install_demo
+    from sluice.metrics import PrometheusMetrics
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+    from tests.conftest import MODELS
+    from tests.integration.test_metrics import value
+
+    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", rate_limit="3/minute"))
+    install_demo(container, acme, MODELS)
+    container.telemetry.sink = PrometheusMetrics()
+    _, key = container.keys.create("acme", ["predict"])
+    row = grpcclient.InferInput("input", [1, 4], "FP32")
+    row.set_data_from_numpy(np.asarray([[5.1, 3.5, 1.4, 0.2]], dtype=np.float32))
+    outcomes: list[str] = []
+
+    def streamed(client: Any, messages: int) -> None:
+        said: list[str] = []
+        client.start_stream(callback=lambda result, error: said.append("ok" if error is None else "refused"), headers=auth(key))
+        for _ in range(messages):
+            client.async_stream_infer("iris", [row])
+        deadline = time.monotonic() + 20
+        while len(said) < messages and time.monotonic() < deadline:
+            time.sleep(0.02)
+        try:
+            client.stop_stream()
+        except Exception:  # a stream refused as it opened ends with its status
+            said.append("refused")
+        outcomes.extend(said[:messages] or ["refused"])
+
+    with run_server(container) as url:
+        client = grpcclient.InferenceServerClient(url)
+        if how == "unary":
+            for _ in range(6):
+                try:
+                    client.infer("iris", [row], headers=auth(key))
+                    outcomes.append("ok")
+                except Exception:
+                    outcomes.append("refused")
+        elif how == "stream":
+            streamed(client, 6)
+        else:
+            for _ in range(6):
+                streamed(client, 1)
+        client.close()
+    text = container.telemetry.sink.exposition("acme").decode()  # type: ignore[union-attr]
+    assert outcomes.count("ok") == 3 and len(outcomes) == 6, outcomes
+    assert value(text, "ml_inference_requests_total") == 6
+    assert value(text, "ml_inference_errors_total", status="429") == 3
