@@ -148,13 +148,17 @@ class Roots:
         return None
 
     def shown(self, uri: str) -> str:
-        """A URI as a response may say it: relative to its root (`inbox/day.csv`), under the
-        home as `$SLUICE_HOME/…`, an S3 URI as it is; never another server path."""
+        """A URI as a response may say it: relative to its root (`inbox/day.csv`; one given so
+        stays as it is), under the home as `$SLUICE_HOME/…`, an S3 URI as it is; never another
+        server path."""
         located = self.locate(uri)
         if located is not None:
             return located.shown
         if uri.startswith("s3://") or not uri:
             return uri
+        head, slash, _ = uri.partition("/")
+        if slash and any(r.name == head for r in self.roots) and ".." not in uri.split("/"):
+            return uri  # already relative to its root, as a tenant writes it (a schedule's template)
         path = _file_path(uri) if uri.startswith("file:") else uri
         if path is None:
             return "(a local file)"

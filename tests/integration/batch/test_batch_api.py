@@ -208,6 +208,25 @@ def test_a_schedule_or_an_execution_naming_a_location_outside_the_inbox_is_refus
         batch.batch.create_for_execution(spec, execution="arn:aws:states:eu-west-1:1:execution:m:e")
 
 
+@pytest.mark.parametrize("given", ["inbox/iris/dt={date}/customers.csv", "inbox/nightly.csv", "inbox/iris/"])
+def test_a_schedule_reads_its_input_back_as_it_was_given(client: TestClient, keys: dict[str, str], batch: Container, given: str) -> None:
+    """Relative to the inbox, as batch.md writes it: the same text in every answer (created,
+    shown, listed, paused, resumed), not the last segment of a path."""
+    a = auth(keys["acme"])
+    body = {"name": "nightly", "deployment": "iris", "input_uri": given, "expression": "cron(0 2 * * *)"}
+    r = client.post("/api/v1/batch-schedules", json=body, headers=a)
+    assert r.status_code == 201, r.text
+    said = [
+        r.json()["input_uri"],
+        client.get("/api/v1/batch-schedules/nightly", headers=a).json()["input_uri"],
+        client.get("/api/v1/batch-schedules", headers=a).json()[0]["input_uri"],
+        client.post("/api/v1/batch-schedules/nightly/pause", headers=a).json()["input_uri"],
+        client.post("/api/v1/batch-schedules/nightly/resume", headers=a).json()["input_uri"],
+    ]
+    assert said == [given] * 5
+    assert client.delete("/api/v1/batch-schedules/nightly", headers=a).status_code == 204
+
+
 def test_a_manifest_listing_an_encoded_climb_fails_its_job_having_read_nothing(
     client: TestClient, keys: dict[str, str], batch: Container
 ) -> None:
