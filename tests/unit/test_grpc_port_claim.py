@@ -51,3 +51,41 @@ def test_a_free_port_is_held_for_the_workers_who_share_it_and_kept_from_other_se
             sock.close()
     finally:
         hold.close()
+
+
+def test_the_http_port_is_refused_for_grpc_before_either_is_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--port P --grpc-port P`: neither listens yet when the command checks, so the bind check
+    alone would pass and the HTTP server would later fail to listen, unseen."""
+    monkeypatch.setenv(grpc_workers.ADDRESS_VARIABLE, "")
+    with pytest.raises(SystemExit, match="gRPC: port 8123 is the HTTP port too"):
+        grpc_workers.claim("127.0.0.1", 8123, http_port=8123)
+    assert grpc_workers.WorkerGrpc.from_environment() is None
+
+
+@pytest.mark.parametrize("host", ["::1", "::", "127.0.0.1", "0.0.0.0"])
+def test_a_worker_listens_on_an_ipv6_host_as_on_an_ipv4_one(host: str) -> None:
+    """grpcio reads `::1:8000` as no address: an IPv6 host is bracketed where it is bound."""
+    import asyncio
+
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+    from sluice.grpc_service import address
+    from sluice.grpc_service.server import start
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+
+    assert address("::1", 80) == "[::1]:80" and address("[::1]", 80) == "[::1]:80" and address("h", 80) == "h:80"
+
+    async def live() -> bool:
+        container = Container.from_settings(Settings(mode="local", home=__import__("tempfile").mkdtemp()))
+        server, port = await start(container, host, 0)
+        try:
+            dial = "[::1]" if ":" in host else "127.0.0.1"
+            async with grpc.aio.insecure_channel(f"{dial}:{port}") as channel:
+                return (await pb_grpc.GRPCInferenceServiceStub(channel).ServerLive(pb.ServerLiveRequest(), timeout=10)).live
+        finally:
+            await server.stop(None)
+
+    assert asyncio.run(live())

@@ -29,6 +29,8 @@ import socket
 import threading
 from typing import TYPE_CHECKING
 
+from sluice.grpc_service import address
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
@@ -41,20 +43,23 @@ ADDRESS_VARIABLE = "_SLUICE_SERVE_GRPC"  # "PORT HOST", set by the command for i
 _RUNNING: list[WorkerGrpc] = []  # this process's gRPC server, once started
 
 
-def claim(host: str, port: int) -> socket.socket:
+def claim(host: str, port: int, *, http_port: int | None = None) -> socket.socket:
     """In the command, before the workers start: the port checked free and held, the workers
-    told where to listen. The socket is the hold: closed as the command exits."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    told where to listen. The socket is the hold: closed as the command exits. `http_port`:
+    the HTTP port on the same host, not yet bound (so the check alone would not see it)."""
+    if port == http_port:
+        raise SystemExit(f"gRPC: port {port} is the HTTP port too: give --grpc-port another")
+    family, kind, proto, _, where = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     with socket.socket(family, kind, proto) as probe:  # SO_REUSEADDR: only a listener refuses it
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind(address)
+            probe.bind(where)
         except OSError as exc:
-            raise SystemExit(f"gRPC: cannot listen on {host}:{port} ({exc.strerror})") from None
+            raise SystemExit(f"gRPC: cannot listen on {address(host, port)} ({exc.strerror})") from None
     hold = socket.socket(family, kind, proto)
     hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    hold.bind(address)  # never listens: the kernel hands connections only to listeners
+    hold.bind(where)  # never listens: the kernel hands connections only to listeners
     os.environ[ADDRESS_VARIABLE] = f"{port} {host}"
     return hold
 
@@ -89,7 +94,7 @@ class WorkerGrpc:
         except RuntimeError:  # grpcio's word for a port it cannot bind (taken since `claim`)
             # The worker serves HTTP still: failing its startup would have uvicorn restart it
             # over and over.
-            log.error("gRPC: this worker cannot listen on %s:%s", self.host, self.port)
+            log.error("gRPC: this worker cannot listen on %s", address(self.host, self.port))
             return
         _RUNNING.append(self)
 

@@ -109,7 +109,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     workers = args.workers or max(1, os.cpu_count() or 1)
     print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)
     grpc_port = args.grpc_port if args.grpc_port is not None else settings.serve.grpc_port
-    grpc_hold = _claim_grpc(args.host, grpc_port)  # every worker serves it (sluice.cli.grpc_workers)
+    grpc_hold = _claim_grpc(args.host, grpc_port, args.port)  # every worker serves it (sluice.cli.grpc_workers)
     try:
         _run_http(args, settings, workers, stopping)
     finally:
@@ -298,14 +298,16 @@ def _local_jobs(orchestrator: Orchestrator | None) -> LocalOrchestrator | None:
     return orchestrator if isinstance(orchestrator, LocalOrchestrator) else None
 
 
-def _claim_grpc(host: str, port: int) -> socket.socket | None:
+def _claim_grpc(host: str, port: int, http_port: int) -> socket.socket | None:
     """The gRPC port, checked free and held for the workers (none when port is 0)."""
     if not port:
         return None
     from sluice.cli.grpc_workers import claim
 
-    grpc_hold = claim(host, port)
-    print(f"gRPC (Open Inference Protocol) on {host}:{port}, in every worker", flush=True)
+    grpc_hold = claim(host, port, http_port=http_port)
+    from sluice.grpc_service import address
+
+    print(f"gRPC (Open Inference Protocol) on {address(host, port)}, in every worker", flush=True)
     return grpc_hold
 
 

@@ -5,3 +5,9 @@ carry gRPC, so nothing here runs in Lambda. The messages and stubs are the ones 
 
 The package is not named `grpc`: that would shadow the library it uses.
 """
+
+
+def address(host: str, port: int) -> str:
+    """`host:port` as grpcio reads it (and as a client dials it): an IPv6 literal (`::`,
+    `::1`) in brackets."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"

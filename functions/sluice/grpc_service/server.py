@@ -15,6 +15,7 @@ import grpc.aio
 
 from sluice.api.deps import _bearer
 from sluice.domain.errors import SluiceError
+from sluice.grpc_service import address
 from sluice.grpc_service.service import (
     CALLER,
     GRPC_MISSING_KEY,
@@ -57,7 +58,7 @@ async def start(container: Container, host: str, port: int, *, share_port: bool 
     settings = container.settings
     server = grpc.aio.server(options=options(settings.limits.max_request_bytes, settings.limits.max_response_bytes, share_port=share_port))
     add_service(InferenceService(container), server, Guard(container))
-    bound = server.add_insecure_port(f"{host}:{port}")
+    bound = server.add_insecure_port(address(host, port))
     await server.start()
     return server, bound
 
