@@ -43,6 +43,7 @@ async def process(scorer: StreamScorer, records: Sequence[StreamRecord], sink: S
             hold_order(records, outcomes)
         if held:  # by the record's place: ids may be absent or repeated, and a retried record's twin is not it
             for capturer, at, offer in held:
-                if outcomes[at].retry is None and outcomes[at].output is not None:
+                outcome = outcomes[at]  # written as its prediction: not retried, nor an error output in its place (too large, refused)
+                if outcome.retry is None and outcome.output is not None and not outcome.failed:
                     capturer.offer(*offer)
         return outcomes

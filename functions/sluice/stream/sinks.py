@@ -52,7 +52,15 @@ def encode(output: dict[str, Any]) -> bytes:
     try:
         return orjson.dumps(output, option=_ONE)
     except JSONEncodeError:
-        return orjson.dumps(_unwritable(output), option=_ONE)
+        return orjson.dumps(_instead(output, _unwritable(output)), option=_ONE)
+
+
+def _instead(output: dict[str, Any], error: dict[str, Any]) -> dict[str, Any]:
+    """`output` made its record's error output, in place: the record's outcome holds this very
+    dict, so what is counted (a record error, never a prediction) is what was written."""
+    output.clear()
+    output.update(error)
+    return output
 
 
 def json_lines(outputs: Sequence[Output]) -> bytes:
@@ -65,7 +73,7 @@ def json_lines(outputs: Sequence[Output]) -> bytes:
         try:
             extend(dumps(output, option=_LINE))
         except JSONEncodeError:
-            extend(dumps(_unwritable(output), option=_LINE))
+            extend(dumps(_instead(output, _unwritable(output)), option=_LINE))
     return bytes(buffer)
 
 
@@ -106,30 +114,53 @@ class SqsSink:
     def write(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> set[int]:
         failed: set[int] = set()
         held: set[str] = set()  # FIFO: groups with a refused record, whose later records wait for it
+        answers = dict(outputs)
+        faulted: list[Output] = []  # outputs the queue refused as they are: their error outputs, sent after
         for part in _calls(records, outputs, self.COUNT, self.TOTAL, self.ITEM):
-            entries, sent = [], []
-            for index, body in part:
-                entry: dict[str, Any] = {"Id": str(len(entries)), "MessageBody": body.decode()}
-                if self.fifo:
-                    record = records[index]
-                    group = entry["MessageGroupId"] = _group_id(record)
-                    if group in held:
-                        failed.add(index)
-                        continue
-                    entry["MessageDeduplicationId"] = record.dedup
-                entries.append(entry)
-                sent.append(index)
-            if not entries:
-                continue
-            try:
-                answer = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
-                refused = [sent[int(f["Id"])] for f in answer.get("Failed") or ()]
-            except Exception:  # throttled, unreachable: every record of this call is retried
-                refused = sent
+            refused, faults = self._send(records, part, held, failed)
+            for index, reason in faults:
+                faulted.append((index, _instead(answers[index], _refused_as_it_is(records[index], answers[index], reason))))
             failed.update(refused)
             if self.fifo:
                 held.update(_group_id(records[index]) for index in refused)
+        for part in _calls(records, faulted, self.COUNT, self.TOTAL, self.ITEM):
+            refused, faults = self._send(records, part, held, failed, again=True)
+            failed.update(refused)
+            failed.update(index for index, _ in faults)  # an error output refused too: retried, never lost
         return failed
+
+    def _send(
+        self, records: Sequence[StreamRecord], part: list[tuple[int, bytes]], held: set[str], failed: set[int], *, again: bool = False
+    ) -> tuple[list[int], list[tuple[int, str]]]:
+        """One SendMessageBatch: the records refused for now (retried), and those the queue
+        refused for what they hold (SenderFault: the same message is refused every time), with
+        why. `again`: error outputs in place of refused ones (their own deduplication ids)."""
+        entries, sent = [], []
+        for index, body in part:
+            entry: dict[str, Any] = {"Id": str(len(entries)), "MessageBody": _sqs_text(body)}
+            if self.fifo:
+                record = records[index]
+                group = entry["MessageGroupId"] = _group_id(record)
+                if group in held:
+                    failed.add(index)
+                    continue
+                entry["MessageDeduplicationId"] = record.dedup if not again else hashlib.sha256(f"{record.dedup}:error".encode()).hexdigest()
+            entries.append(entry)
+            sent.append(index)
+        if not entries:
+            return [], []
+        try:
+            answer = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+        except Exception:  # throttled, unreachable: every record of this call is retried
+            return sent, []
+        refused, faults = [], []
+        for f in answer.get("Failed") or ():
+            index = sent[int(f["Id"])]
+            if f.get("SenderFault"):
+                faults.append((index, f"{f.get('Code') or 'refused'}: {str(f.get('Message') or '')[:200]}"))
+            else:
+                refused.append(index)
+        return refused, faults
 
 
 class KinesisSink:
@@ -183,7 +214,7 @@ def _calls(
     for index, output in outputs:
         body = encode(output)
         if len(body) > item:
-            body = encode(_too_large(records[index], output, len(body), item))
+            body = encode(_instead(output, _too_large(records[index], output, len(body), item)))
         if part and (len(part) == count or size + len(body) > total):
             yield part
             part, size = [], 0
@@ -191,6 +222,32 @@ def _calls(
         size += len(body)
     if part:
         yield part
+
+
+_NOT_CHARACTERS = ((b"\xef\xbf\xbe", b"\\ufffe"), (b"\xef\xbf\xbf", b"\\uffff"))
+
+
+def _sqs_text(body: bytes) -> str:
+    """A message body SQS takes: it refuses U+FFFE and U+FFFF, which JSON writes escaped instead
+    (in JSON they can only stand inside a string)."""
+    if b"\xef\xbf" in body:
+        for raw, escaped in _NOT_CHARACTERS:
+            body = body.replace(raw, escaped)
+    return body.decode()
+
+
+def _refused_as_it_is(record: StreamRecord, output: dict[str, Any], reason: str) -> dict[str, Any]:
+    """The error output of a record whose output the queue refused for what it holds (a size
+    past the queue's own maximum, a value it does not take): sent again it would be refused
+    again, so it is not retried."""
+    rid = output.get("id")
+    return {
+        "id": rid if valid_id(rid) else None,
+        "source": record.position,
+        "deployment": output.get("deployment"),
+        "error": f"the destination refused the output: {reason}",
+        "code": "output_refused",
+    }
 
 
 def _too_large(record: StreamRecord, output: dict[str, Any], size: int, limit: int) -> dict[str, Any]:

@@ -481,6 +481,83 @@ def test_records_without_an_id_or_sharing_one_are_captured_once_too(
     assert len(every) == 4 and [r["outputs"]["output_label"]["data"][0] for r in every].count("virginica") == 2
 
 
+def _queue_refusing(sqs: Any, refuses: Any) -> Any:
+    """An SQS client that refuses, entry by entry, the messages `refuses(body)` names, as SQS
+    refuses what it will never take (SenderFault), and sends the others to moto."""
+
+    class Checked:
+        def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+            bad = [e for e in Entries if refuses(e["MessageBody"])]
+            good = [e for e in Entries if e not in bad]
+            sent = sqs.send_message_batch(QueueUrl=QueueUrl, Entries=good).get("Successful", []) if good else []
+            failed = [{"Id": e["Id"], "SenderFault": True, "Code": "InvalidParameterValue", "Message": "One or more parameters are invalid."} for e in bad]
+            return {"Successful": sent, "Failed": failed}
+
+    return Checked()
+
+
+def test_a_message_sqs_refuses_for_what_it_holds_becomes_an_error_record_not_a_retry(
+    aws: None, bind: Bind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A per-entry refusal with SenderFault (past the queue's own size, a value it does not
+    take) is the same on every delivery: that record's output is an error record, counted as
+    one, and neither it nor the later records of its shard are retried."""
+    from sluice.handlers import stream
+    from sluice.stream.sinks import SqsSink
+
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    client = _queue_refusing(sqs, lambda body: len(body) > 1500)  # the queue's MaximumMessageSize, say
+    monkeypatch.setattr(stream, "sink_for", lambda binding: SqsSink(client, url))
+    seen: dict[str, float] = {}
+    monkeypatch.setattr(stream.metrics, "add_metric", lambda name, unit, value: seen.__setitem__(name, value))
+    monkeypatch.setattr(stream.metrics, "flush_metrics", lambda: None)
+    big = json.dumps({"id": "big", "batch": [[5.1, 3.5, 1.4, 0.2]] * 20})
+    event = kinesis_event([*rows(1), big, *rows(2, start=2)])
+    assert handle(event) == {"batchItemFailures": []}
+    out = {o["id"]: o for o in _drain(sqs, url)}
+    assert sorted(out) == ["big", "tx-0", "tx-2", "tx-3"]
+    assert out["big"]["code"] == "output_refused" and "InvalidParameterValue" in out["big"]["error"]
+    assert seen == {"StreamRecordErrors": 1, "StreamRecordRetries": 0}
+
+
+def test_an_id_with_characters_sqs_refuses_is_written_escaped(aws: None, bind: Bind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """U+FFFE and U+FFFF are valid in an id (JSON text) but SQS refuses them raw: the message
+    carries them escaped, and reads back as the same id."""
+    import re
+
+    from sluice.handlers import stream
+    from sluice.stream.sinks import SqsSink
+
+    refused = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")  # what SQS takes, refused otherwise
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    client = _queue_refusing(sqs, refused.search)
+    monkeypatch.setattr(stream, "sink_for", lambda binding: SqsSink(client, url))
+    ids = [r"card\uffff", r"\ufffe", r"caf\u00e9 \ud83d\ude00 \uFFFF", "plain"]  # as the records' JSON writes them
+    bodies = [f'{{"id": "{i}", "features": {json.dumps(SETOSA)}}}' for i in ids]
+    assert handle(sqs_event(bodies)) == {"batchItemFailures": []}
+    assert sorted(o["id"] for o in _drain(sqs, url)) == sorted(json.loads(f'"{i}"') for i in ids)
+
+
+def test_an_output_too_large_is_counted_as_a_record_error_and_not_captured(
+    aws: None, bind: Bind, demo: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sluice.handlers import stream
+
+    sqs, url = _queue("scores")
+    demo.deployments.update(acme, "iris", None, capture={"sample_percent": 100})
+    handle = bind({"kind": "sqs", "target": url})
+    seen: dict[str, float] = {}
+    monkeypatch.setattr(stream.metrics, "add_metric", lambda name, unit, value: seen.__setitem__(name, value))
+    monkeypatch.setattr(stream.metrics, "flush_metrics", lambda: None)
+    huge = json.dumps({"id": "huge", "batch": [[5.1, 3.5, 1.4, 0.2]] * 2500})
+    assert handle(sqs_event([huge, *rows(2)])) == {"batchItemFailures": []}
+    assert {o["id"]: o.get("code") for o in _drain(sqs, url)} == {"huge": "payload_too_large", "tx-0": None, "tx-1": None}
+    assert seen.get("StreamRecordErrors") == 1
+    assert sorted(r["request_id"] for r in _captured(demo)) == ["tx-0", "tx-1"]
+
+
 def test_an_output_too_large_for_the_queue_becomes_an_error_record(aws: None, bind: Bind) -> None:
     sqs, url = _queue("scores")
     handle = bind({"kind": "sqs", "target": url})
