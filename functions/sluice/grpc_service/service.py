@@ -94,6 +94,32 @@ def call_metadata(context: ServicerContext) -> dict[str, str]:
     return metadata
 
 
+# A status travels in the call's trailers, which a client refuses past its metadata limit (8 KiB
+# by default: the whole call then reads RESOURCE_EXHAUSTED, the error lost). A message or field
+# echoing a caller's long name is cut to these (in UTF-8; the message is percent-encoded).
+MAX_MESSAGE_BYTES, MAX_FIELD_BYTES = 1024, 256
+
+
+def _within(text: str, limit: int) -> str:
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode("utf-8", "ignore") + "\N{HORIZONTAL ELLIPSIS}"
+
+
+_PRINTABLE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+
+
+def _printable(text: str) -> str:
+    """A metadata value gRPC can carry (printable ASCII; grpcio ends a call whose trailer holds
+    anything else with INTERNAL): other characters percent-encoded as UTF-8, as `grpc-message` is."""
+    if text.isascii() and text.isprintable() and "%" not in text:
+        return text
+    from urllib.parse import quote
+
+    return quote(text, safe=_PRINTABLE)
+
+
 def status_of(exc: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
     """An exception as the status, message and trailing metadata a client sees."""
     if isinstance(exc, Accepted):
@@ -109,12 +135,12 @@ def status_of(exc: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, st
             return Code.INTERNAL, INTERNAL, ()
         trailer = [("sluice-code", exc.code)]
         if exc.field is not None:
-            trailer.append(("sluice-field", exc.field))
+            trailer.append(("sluice-field", _printable(_within(exc.field, MAX_FIELD_BYTES))))
         retry = exc.details.get("retry_after_s")
         if retry is not None:
             trailer.append(("retry-after", str(retry)))
         message = exc.protocol_message if isinstance(exc, UnknownDeployment) else exc.message  # Triton's words
-        return code, message, tuple(trailer)
+        return code, _within(message, MAX_MESSAGE_BYTES), tuple(trailer)
     get_logger().exception("unhandled gRPC error")
     return Code.INTERNAL, INTERNAL, ()
 

@@ -189,6 +189,34 @@ def test_a_key_given_twice_is_refused_whichever_copy_works(grpc_url: str, keys: 
     channel.close()
 
 
+@pytest.mark.parametrize("what", ["input", "output", "model", "datatype"])
+@pytest.mark.parametrize("letter", ["x", "\N{LATIN SMALL LETTER E WITH ACUTE}"])
+def test_an_error_echoing_a_long_name_keeps_its_status(grpc_url: str, keys: dict[str, str], what: str, letter: str) -> None:
+    """The status travels in trailers a client refuses past its metadata limit: an error naming
+    a 20,000-character name is still INVALID_ARGUMENT or NOT_FOUND, its message cut short, never
+    RESOURCE_EXHAUSTED with the error lost."""
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+
+    long = letter * 20_000
+    request = pb.ModelInferRequest(model_name=long if what == "model" else "iris")
+    tensor = pb.ModelInferRequest.InferInputTensor(name=long if what == "input" else "input", datatype=long if what == "datatype" else "FP32", shape=[1, 4])
+    tensor.contents.fp32_contents.extend(SETOSA)
+    request.inputs.append(tensor)
+    if what == "output":
+        request.outputs.append(pb.ModelInferRequest.InferRequestedOutputTensor(name=long))
+    channel, stub = _stub(grpc_url)
+    with channel, pytest.raises(grpc.RpcError) as caught:
+        stub(channel).ModelInfer(request, metadata=tuple(auth(keys["acme"]).items()))
+    assert caught.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), caught.value.details()[:200]
+    assert len(caught.value.details().encode()) <= 1024 and letter * 20 in caught.value.details()
+    field = dict(caught.value.trailing_metadata())["sluice-field"]
+    from urllib.parse import unquote
+
+    expected = {"input": f"inputs.{letter * 20}", "output": f"outputs.{letter * 20}", "model": "deployment", "datatype": "inputs.input.datatype"}[what]
+    assert unquote(field).startswith(expected) and len(field.encode()) <= 3 * 256 and field.isascii(), field[:80]
+
+
 def test_other_extensions_say_unimplemented(grpc_url: str, keys: dict[str, str]) -> None:
     client = grpcclient.InferenceServerClient(grpc_url)
     for call in (client.get_system_shared_memory_status, client.get_cuda_shared_memory_status, client.get_trace_settings):
