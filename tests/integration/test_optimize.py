@@ -268,7 +268,9 @@ def test_api_runs_an_optimize_job_for_its_tenant_only(client: TestClient, keys: 
         ({"register": ["original"]}, 422, "register"),
         ({"register": ["nope"]}, 422, "register"),
         ({"shadow": "diabetes"}, 400, "shadow"),
-        ({"data_uri": "{imports}/x.txt"}, 400, "format"),
+        ({"data_uri": "{imports}/x.txt"}, 400, "data_uri"),  # the body has no `format` to name
+        ({"data_uri": "{imports}/x.csv.gz"}, 400, "data_uri"),  # nor `input_uri`
+        ({"data_uri": "{imports}/"}, 400, "data_uri"),  # a folder
         ({"data_uri": "{imports}/missing.parquet"}, 404, None),
     ],
 )

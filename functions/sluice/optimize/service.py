@@ -78,7 +78,13 @@ class OptimizeService:
 
         principal.require("admin")
         location = self.models.import_location(principal, uri, field="data_uri")
-        suffix = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl"}[format_of(location.uri)]
+        name = location.uri.rstrip("/").rsplit("/", 1)[-1]
+        if location.is_prefix:
+            raise BadRequest(f"data_uri names a folder ({name!r}): name a file of rows (.parquet, .csv or .jsonl)", field="data_uri")
+        try:
+            suffix = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl"}[format_of(location.uri)]
+        except BadRequest:  # batch's words name its own fields (input_uri, format), which this route has not
+            raise BadRequest(f"data_uri: cannot read {name!r} as rows: name a .parquet, .csv or .jsonl file, uncompressed (Parquet compresses inside)", field="data_uri") from None
         try:
             data = self.models.read_import(principal, location, field="data_uri", max_bytes=MAX_DATA_BYTES)
         except PayloadTooLarge:
