@@ -279,6 +279,11 @@ def test_the_cli_posts_labels_from_a_file_and_shows_the_quality(cli_home: Path, 
     assert code == 0 and "no baseline" in out and "0.75" in out  # accuracy: three of four
     code, _, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(tmp_path / "nope.csv"))
     assert code == 2 and "[file]" in err
+    for name, text in (("empty.csv", "request_id,label\nr4,\nr5,\nr6,\n"), ("bad-ids.csv", "request_id,label\n,setosa\n")):
+        (tmp_path / name).write_text(text)  # nothing to post, whether the reader or the label rules skip every row
+        code, _, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(tmp_path / name))
+        assert code == 2 and f"{name} holds no label to post (rows skipped: " in err, err
+    assert "missing value for 'label': 3" in run_cli(capsys, "monitor", "labels", "iris", "--file", str(tmp_path / "empty.csv"))[2]
 
 
 def _kept(name: str, kind: str, said: Any, ids: list[str], window: int = 36 * HOUR) -> None:

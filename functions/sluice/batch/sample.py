@@ -23,6 +23,7 @@ CHUNK_BYTES = 64 * 1024 * 1024
 
 
 SHOWN_ROWS = 5  # row numbers a skip reason names
+NO_ROW = "no row this model can take"  # what a read with no row left holds none of, by default
 
 
 @dataclasses.dataclass(slots=True)
@@ -57,7 +58,7 @@ class RowsRead:
     def skipped_rows(self) -> int:
         return sum(s.count for s in self.skipped.values())
 
-    def none_left(self, shown: str, *, what: str = "no row this model can take", field: str) -> InvalidInput:
+    def none_left(self, shown: str, *, what: str = NO_ROW, field: str) -> InvalidInput:
         """The error of a read that left no row to use: `shown` holds `what`, with the rows
         skipped by reason and those not read past the limit."""
         why = "; ".join(f"{reason}: {s.count}" for reason, s in self.skipped.items())
@@ -80,8 +81,9 @@ def read_rows(path: str | Path, signature: Signature, *, limit: int, field: str 
     return read_file(path, signature, limit=limit, field=field).arrays
 
 
-def read_file(path: str | Path, signature: Signature, *, limit: int, field: str = "data") -> RowsRead:
-    """`read_rows`, saying what became of every row of the file."""
+def read_file(path: str | Path, signature: Signature, *, limit: int, field: str = "data", nothing: str = NO_ROW) -> RowsRead:
+    """`read_rows`, saying what became of every row of the file; `nothing`: what a file with no
+    row left holds none of, as its error says it."""
     from sluice.batch.local_files import LocalFiles
     from sluice.batch.uris import format_of
     from sluice.domain.jobs import BatchJob
@@ -92,7 +94,7 @@ def read_file(path: str | Path, signature: Signature, *, limit: int, field: str 
     uri = file.as_uri()
     fmt = format_of(uri)
     job = BatchJob("sample", "local", "sample", uri, uri, fmt, fmt)  # type: ignore[arg-type]
-    return read_job(job, signature, LocalFiles(), limit=limit, field=field, shown=file.name)
+    return read_job(job, signature, LocalFiles(), limit=limit, field=field, shown=file.name, nothing=nothing)
 
 
 def job_rows(
@@ -105,7 +107,8 @@ def job_rows(
 
 
 def read_job(
-    job: BatchJob, signature: Signature, files: FileStore, *, limit: int, allowed: Root | None = None, field: str = "job", shown: str | None = None
+    job: BatchJob, signature: Signature, files: FileStore, *, limit: int, allowed: Root | None = None, field: str = "job", shown: str | None = None,
+    nothing: str = NO_ROW,
 ) -> RowsRead:
     """`job_rows`, saying what became of every row of the input."""
     from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
@@ -142,7 +145,7 @@ def read_job(
         if kept >= limit:
             break
     if kept == 0:
-        raise out.none_left(shown or job.input_uri, field=field)
+        raise out.none_left(shown or job.input_uri, what=nothing, field=field)
     out.arrays = {name: np.concatenate(chunks) for name, chunks in parts.items()}
     out.rows = np.concatenate(numbers)
     out.unread = out.total - kept - out.skipped_rows

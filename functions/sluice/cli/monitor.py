@@ -102,6 +102,7 @@ def _print_quality(windows: list[dict[str, Any]]) -> None:
     table(rows, QUALITY_COLUMNS)
 
 
+NO_LABEL = "no label to post"
 HISTORY_COLUMNS = ["window_start", "rows", "verdict", "drift", "worst", "labelled", "accuracy", "mae"]
 
 
@@ -152,7 +153,7 @@ def cmd_monitor_labels(args: argparse.Namespace) -> int:
 
     principal, monitor = operator(args), pieces.monitor()
     wanted = Signature(inputs=(TensorSpec("request_id", "BYTES", (-1,)), TensorSpec("label", "BYTES", (-1,))), outputs=())
-    read = read_file(args.file, wanted, limit=args.limit, field="file")
+    read = read_file(args.file, wanted, limit=args.limit, field="file", nothing=NO_LABEL)
     # Each label as the JSON value the API would get for it: a number column's 1.0 is the
     # number 1.0 (class 1, as the API's 1.0 is), text is text ("1.10" is not "1.1").
     values = as_stored(args.file, "label", read)
@@ -166,7 +167,7 @@ def cmd_monitor_labels(args: argparse.Namespace) -> int:
         labels.append((rid, 0, label))
         rows.append(row)
     if not labels:
-        raise read.none_left(Path(args.file).name, what="no label to post", field="file")
+        raise read.none_left(Path(args.file).name, what=NO_LABEL, field="file")
     parts = [(labels[at : at + MAX_LABELS], lambda i, at=at: f"file row {rows[at + i]}") for at in range(0, len(labels), MAX_LABELS)]
     # Every part is checked before the first is posted: a label refused in a late part would
     # otherwise leave the earlier parts counted, and the file could not simply be posted again.
