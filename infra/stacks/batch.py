@@ -329,9 +329,3 @@ class BatchStack(FunctionStack):
             "CDK's own custom resource that sets the bucket notification at deploy time; "
             "its role and managed logging policy are fixed by CDK and it never runs on requests.",
         )
-        acknowledge(
-            handler,
-            "AwsSolutions-IAM5[Resource::*]",
-            "CDK's bucket-notification custom resource needs s3:PutBucketNotification; CDK "
-            "scopes it to '*' and it runs only during deployment.",
-        )
