@@ -293,7 +293,10 @@ def record_id(raw: bytes | str) -> Any:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return None
+        try:  # JSON orjson will not read (a number past a double, NaN, deeper than it goes) may still say its id
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            return None
     rid = body.get("id") if isinstance(body, dict) else None
     return rid if valid_id(rid) else None
 

@@ -151,11 +151,14 @@ def test_records_that_can_never_succeed_become_error_records_naming_the_field(aw
         json.dumps({"id": "other-tenant", "tenant": "globex", "features": {}}),
         json.dumps({"id": "other-deployment", "deployment": "diabetes", "inputs": [[1, 2, 3, 4]]}),
         "[1, 2, 3]",
+        '{"id": "past-a-double", "features": {"sepal_length": 1e400, "sepal_width": 1, "petal_length": 1, "petal_width": 1}}',
+        '{"id": "nan", "features": {"sepal_length": NaN, "sepal_width": 1, "petal_length": 1, "petal_width": 1}}',
     ]
     answer = handle(sqs_event(good[:3] + bad + good[3:]))
     assert answer == {"batchItemFailures": []}
     out = {o.get("id") or "list": o for o in _drain(sqs, url)}
-    assert len(out) == 11
+    assert len(out) == 13
+    assert out["past-a-double"]["code"] == out["nan"]["code"] == "bad_request"  # JSON the reader refuses still says whose it is
     assert out["bad-name"]["field"] == "features.petal_width"
     assert out["bad-type"]["code"] == "invalid_input"
     assert out["bad-width"]["field"].startswith("inputs")
