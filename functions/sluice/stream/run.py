@@ -42,7 +42,10 @@ async def process(scorer: StreamScorer, records: Sequence[StreamRecord], sink: S
         if refused:
             hold_order(records, outcomes)
         if held:  # by the record's place: ids may be absent or repeated, and a retried record's twin is not it
-            for capturer, at, offer in held:
+            # A record's last offer is its answer's: a call whose answer was thrown away (a
+            # model answering the wrong number of rows, bisected) offered it first.
+            last = {(id(capturer), at): (capturer, offer) for capturer, at, offer in held}
+            for (_, at), (capturer, offer) in last.items():
                 outcome = outcomes[at]  # written as its prediction: not retried, nor an error output in its place (too large, refused)
                 if outcome.retry is None and outcome.output is not None and not outcome.failed:
                     capturer.offer(*offer)

@@ -442,6 +442,25 @@ def test_a_record_retried_is_captured_once_when_it_is_answered_for_good(
     assert sorted(r["request_id"] for r in _captured(demo)) == ["tx-0", "tx-1", "tx-2", "tx-3"]
 
 
+def test_a_record_whose_call_is_bisected_is_captured_once_with_its_own_answer(aws: None, bind: Bind, demo: Container, acme: Principal) -> None:
+    """A model answering one row for a whole call has its call bisected after the answer came
+    (and was offered to capture): each record is captured once, with the answer written for it."""
+    from tests.models import total_model
+
+    demo.models.push(acme, "total", total_model())
+    demo.deployments.create(acme, "total", {"kind": "single", "model": "total", "version": 1})
+    demo.deployments.update(acme, "total", None, capture={"sample_percent": 100})
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url}, deployment="total")
+    assert handle(kinesis_event([json.dumps({"id": f"r{i}", "features": [float(i), 1.0]}) for i in range(4)])) == {"batchItemFailures": []}
+    written = {o["id"]: o for o in _drain(sqs, url)}
+    captured = _captured(demo)
+    assert sorted(r["request_id"] for r in captured) == ["r0", "r1", "r2", "r3"]
+    for record in captured:
+        assert record["rows"] == 1 and record["outputs"]["total"]["shape"][0] == 1, record
+        assert record["outputs"]["total"]["data"] == pytest.approx(np.ravel(written[record["request_id"]]["prediction"]).tolist()), (record, written)
+
+
 def _refusing_at_once(kinesis: Any, at: int) -> Any:
     """A Kinesis client whose first PutRecords refuses the entry at `at` (throttling) and writes
     the others to moto; every later call writes all."""
