@@ -183,6 +183,25 @@ def test_shadow_compares_off_the_request_path_and_promote(client: TestClient, ke
     assert again.status_code == 400 and again.json()["field"] == "mirror"
 
 
+@pytest.mark.parametrize("bandit", [None, {"algorithm": "thompson"}, {"algorithm": "epsilon_greedy"}])
+def test_a_mirror_that_is_a_split_answers_and_counts_as_the_mirror(client: TestClient, keys: dict[str, str], two_irises: Container, bandit: Any) -> None:
+    """A mirror whose target splits (by weight, or as a bandit: no feedback ever rewards a
+    mirror's choice) is compared on every request, counts as its mirror, and writes nothing
+    under another deployment; its variants are none of the deployment's to ask for."""
+    split: dict[str, Any] = {"kind": "split", "variants": [{"name": "a", "weight": 1, "target": single("iris", 1)}, {"name": "cand-b", "weight": 1, "target": single("iris", 2)}]}
+    if bandit is not None:
+        split["bandit"] = bandit
+    policy = {"kind": "shadow", "primary": single("iris", 1), "mirrors": [{"name": "cand", "target": split}]}
+    assert deploy(client, keys["acme"], "sh", policy).status_code == 201
+    for _ in range(10):
+        assert predict(client, keys["acme"], "sh").status_code == 200
+    mirror = client.get("/api/v1/deployments/sh/stats", headers=auth(keys["acme"])).json()["mirrors"]["cand"]
+    assert (mirror["requests"], mirror["errors"], mirror["compared"]) == (10, 0, 10)
+    assert two_irises.registry.read_stats("acme", "(mirror)", 1) == {} and two_irises.registry.read_stats("acme", "(mirror)", 0) == {}
+    asked = client.post("/api/v1/predictions", json={"deployment": "sh", "inputs": [[5.1, 3.5, 1.4, 0.2]], "variant": "cand-b"}, headers=auth(keys["acme"]))
+    assert asked.status_code == 400 and asked.json()["field"] == "variant", asked.text  # a mirror's variant never answers
+
+
 def test_a_slow_or_failing_mirror_never_delays_or_alters_the_primary(demo: Container, keys: dict[str, str], fake: SleepyRuntime) -> None:
     add_fake(demo.registry, "acme", "prim", value=1.0)
     add_fake(demo.registry, "acme", "slow", value=2.0, sleep_s=3.0)  # far past the bound below: a loaded machine's delays stay within it
@@ -370,6 +389,27 @@ def test_ensemble_of_real_models_on_the_api(client: TestClient, keys: dict[str, 
     for label, p in body["probabilities"].items():
         assert p == pytest.approx((lr[label] + rf[label]) / 2, rel=1e-5)
     assert body["prediction"] == max(body["probabilities"], key=body["probabilities"].get)
+
+
+@pytest.mark.parametrize("aggregator", ["soft_vote", "mean", "max", "median", "weighted_mean", "majority", "first_success"])
+@pytest.mark.parametrize("asked", [["output_label"], ["output_probability"], ["output_probability", "output_label"]])
+def test_an_ensemble_answers_the_outputs_a_v2_request_asks_for(
+    client: TestClient, keys: dict[str, str], two_irises: Container, aggregator: str, asked: list[str]
+) -> None:
+    """Every aggregator needs outputs the request may not ask for (probabilities to average,
+    labels to vote): the members give them all, and the answer holds what was asked, as the
+    ensemble with every output would have answered it."""
+    name = f"ens-{aggregator.replace('_', '-')}-{len(asked)}-{asked[0][7]}"
+    policy = {"kind": "ensemble", "aggregator": aggregator, "members": [{"name": "lr", "target": single("iris", 1)}, {"name": "rf", "target": single("iris", 2)}]}
+    assert deploy(client, keys["acme"], name, policy).status_code == 201
+    body = {"inputs": [{"name": "input", "shape": [2, 4], "datatype": "FP32", "data": [5.1, 3.5, 1.4, 0.2, 6.0, 2.9, 4.5, 1.5]}]}
+    whole = client.post(f"/v2/models/{name}/infer", json=body, headers=auth(keys["acme"]))
+    narrowed = client.post(f"/v2/models/{name}/infer", json={**body, "outputs": [{"name": n} for n in asked]}, headers=auth(keys["acme"]))
+    assert whole.status_code == narrowed.status_code == 200, narrowed.text
+    by_name = {o["name"]: o for o in whole.json()["outputs"]}
+    assert sorted(o["name"] for o in narrowed.json()["outputs"]) == sorted(asked)  # in the model's order, as a single model answers
+    for output in narrowed.json()["outputs"] if aggregator != "first_success" else ():  # whichever member is first: the two may differ
+        assert output["data"] == pytest.approx(by_name[output["name"]]["data"]) if output["datatype"] != "BYTES" else output["data"] == by_name[output["name"]]["data"]
 
 
 _DEPLOYMENTS = itertools.count()

@@ -153,3 +153,67 @@ def test_a_majority_vote_refuses_a_nan_label_naming_its_member(labels: np.ndarra
     with pytest.raises(BackendError) as refused:
         aggregate("majority", [good, odd])
     assert (refused.value.status, refused.value.details["member"]) == (502, "odd") and "member 'odd'" in refused.value.message
+
+
+REG2 = Signature(INPUTS, (TensorSpec("y", "FP32", (-1, 1), role="value"), TensorSpec("z", "FP32", (-1, 1), role="value")))
+REG_INT = Signature(INPUTS, (TensorSpec("n", "INT64", (-1,), role="value"),))
+
+
+@given(
+    values=st.lists(st.lists(st.floats(-1e6, 1e6, width=32), min_size=2, max_size=2), min_size=2, max_size=4),
+    how=st.sampled_from(["mean", "weighted_mean", "max", "median"]),
+)
+@settings(max_examples=60, deadline=None)
+def test_every_value_output_of_a_regressor_is_combined_by_its_place(values: list[list[float]], how: str) -> None:
+    """Members with two value outputs (named differently) give an ensemble with both: the k-th
+    of each combined with the k-th of the others, as NumPy combines them by hand."""
+    members = [
+        Answer(f"m{i}", float(i + 1), REG2 if i == 0 else Signature(INPUTS, (TensorSpec("a", "FP32", (-1, 1), role="value"), TensorSpec("b", "FP32", (-1, 1), role="value"))),
+               InferenceResult({("y" if i == 0 else "a"): np.float32([[y]]), ("z" if i == 0 else "b"): np.float32([[z]])}))
+        for i, (y, z) in enumerate(values)
+    ]  # fmt: skip
+    out = aggregate(how, members).outputs
+    weights = np.arange(1, len(values) + 1, dtype=np.float64)
+    for k, name in enumerate(("y", "z")):
+        column = np.asarray([v[k] for v in np.float32(values)], dtype=np.float64)
+        expected = {"mean": column.mean(), "weighted_mean": (weights * column).sum() / weights.sum(), "max": column.max(), "median": np.median(column)}[how]
+        assert out[name].shape == (1, 1) and out[name][0, 0] == pytest.approx(expected, rel=1e-5, abs=1e-3)
+
+
+def test_asked_outputs_are_picked_from_the_combined_answer() -> None:
+    both = [Answer(n, 1.0, REG2, InferenceResult({"y": np.float32([[v]]), "z": np.float32([[10 * v]])})) for n, v in (("a", 1.0), ("b", 3.0))]
+    assert list(aggregate("mean", both, outputs=["z"]).outputs) == ["z"]
+    assert aggregate("mean", both, outputs=["z"]).outputs["z"][0, 0] == pytest.approx(20.0)
+    picked = aggregate("soft_vote", [A, B, C], outputs=["label"])
+    assert list(picked.outputs) == ["label"] and picked.classes == {} and picked.outputs["label"].tolist() == ["cat", "dog"]
+
+
+def test_a_mean_of_whole_numbers_is_not_cut_to_a_whole_number() -> None:
+    members = [Answer(n, 1.0, REG_INT, InferenceResult({"n": np.int64([v])})) for n, v in (("a", 2), ("b", 3))]
+    assert aggregate("mean", members).outputs["n"].tolist() == [2.5]
+    assert aggregate("median", members).outputs["n"].tolist() == [2.5]
+    assert aggregate("max", members).outputs["n"].tolist() == [3] and aggregate("max", members).outputs["n"].dtype == np.int64
+
+
+@pytest.mark.parametrize("how", ["mean", "soft_vote", "max", "median", "weighted_mean", "majority"])
+def test_members_that_cannot_be_combined_at_run_time_are_the_members_fault_never_a_crash(how: str) -> None:
+    from sluice.domain.errors import BackendError
+
+    if how != "majority":
+        wide = Answer("wide", 1.0, REG, InferenceResult({"y": np.float32([[1.0, 2.0]])}))
+        with pytest.raises(BackendError, match="member 'wide' answered 'y' of shape"):
+            aggregate(how, [reg("a", [1.0]), wide])
+        nan = clf("nan", ["cat"], [[float("nan"), 0.5]], ["cat", "dog"])
+        with pytest.raises(BackendError, match="member 'nan' answered a NaN probability"):
+            aggregate(how, [clf("a", ["cat"], [[0.6, 0.4]], ["cat", "dog"]), nan])
+    numbers = Answer("ints", 1.0, Signature(INPUTS, (TensorSpec("label", "INT64", (-1,), role="label"), TensorSpec("probs", "FP32", (-1, -1), role="probabilities"))),
+                     InferenceResult({"label": np.int64([0]), "probs": np.float32([[0.3, 0.7]])}, {"probs": [0, 1]}))  # fmt: skip
+    with pytest.raises(BackendError, match="as numbers and as text"):
+        aggregate(how, [numbers, clf("text", ["dog"], [[0.2, 0.8]], ["cat", "dog"])])
+
+
+def test_check_fits_refuses_labels_of_two_kinds_and_value_outputs_of_two_counts() -> None:
+    ints = Signature(INPUTS, (TensorSpec("label", "INT64", (-1,), role="label"), TensorSpec("probs", "FP32", (-1, -1), role="probabilities")))
+    assert "numbers on some and text on others" in (check_fits("soft_vote", [CLF, ints]) or "")
+    assert "different shapes (or counts)" in (check_fits("mean", [REG, REG2]) or "")
+    assert check_fits("mean", [REG2, REG2]) is None

@@ -59,6 +59,12 @@ class Lookups(Protocol):
     async def rewards_of(self, dep: Deployment) -> dict[str, tuple[int, float]]: ...
 
 
+# The deployment a mirror's walk runs for (`PredictionService.run_node`): no deployment's name
+# holds parentheses. A mirror answers no request: no feedback rewards its bandits' choices, and
+# what its splits choose is the mirror's comparison's, not counted as the deployment's variants.
+MIRROR = "(mirror)"
+
+
 @dataclass(slots=True)
 class Call:
     """One walk of the tree for one request."""
@@ -211,7 +217,7 @@ class PolicyRunner:
         chosen = next((v for v in node.variants if v.name == call.variant), None)
         if chosen is None:
             if node.bandit is not None:
-                rewards = await self.lookups.rewards_of(dep)
+                rewards = await self.lookups.rewards_of(dep) if dep.name != MIRROR else {}  # a mirror's: by its prior alone
                 if call.path:  # a nested split's rewards are its variants' paths'
                     rewards = {k.removeprefix(f"{call.path}/"): r for k, r in rewards.items() if k.startswith(f"{call.path}/")}
                 chosen = bandit_pick(node.variants, node.bandit, rewards)
@@ -234,6 +240,8 @@ class PolicyRunner:
         queued for asynchronous inference (a request above its endpoint's limit). `invalid`:
         a refusal of the inputs counts as such (`refused_input`)."""
         dep = call.deployment
+        if dep.name == MIRROR:  # counted as the mirror it is (`ShadowRunner`), not in a bucket of no deployment
+            return await self.run(node, call, arrays, depth)
         stat_key = (dep.tenant, dep.name, dep.revision, subject)
         started = time.perf_counter()
         try:
@@ -263,7 +271,9 @@ class PolicyRunner:
             limit = max(call.deadline - time.monotonic(), 0.0)
             if member.timeout_ms is not None:
                 limit = min(limit, member.timeout_ms / 1000)
-            sub = call.under(call.subject(member.name))
+            # Each member gives every output its aggregator may need: the outputs the request
+            # asks for are picked from the combined answer (`first_success` passes them on).
+            sub = call.narrowed(call.outputs if node.aggregator == "first_success" else None, call.checked, call.subject(member.name))
             sub.chosen = own[index]
             try:
                 async with timeout(limit):
@@ -277,7 +287,7 @@ class PolicyRunner:
 
         won: int | None = None  # the member whose answer is the ensemble's, where one is
         try:
-            answer, won = await self._members(node, member_call)
+            answer, won = await self._members(node, member_call, call.outputs)
             return answer
         finally:
             if call.chosen is not None:
@@ -286,10 +296,11 @@ class PolicyRunner:
                         call.chosen.extend(choices)
 
     async def _members(
-        self, node: Ensemble, member_call: Callable[[int], Awaitable[tuple[int, Answer | None, SluiceError | None, float]]]
-    ) -> tuple[Answer, int | None]:
-        """The members run, and the ensemble's answer; with the member whose answer it is alone
-        (`first_success`), else None."""
+        self, node: Ensemble, member_call: Callable[[int], Awaitable[tuple[int, Answer | None, SluiceError | None, float]]],
+        outputs: Sequence[str] | None,
+    ) -> tuple[Answer, int | None]:  # fmt: skip
+        """The members run, and the ensemble's answer (of `outputs`, where the request names
+        them); with the member whose answer it is alone (`first_success`), else None."""
         started = time.perf_counter()
         tasks = [asyncio.ensure_future(member_call(i)) for i in range(len(node.members))]
         done: list[tuple[int, Answer | None, SluiceError | None, float]] = []
@@ -325,6 +336,7 @@ class PolicyRunner:
         combined = aggregate(
             node.aggregator,
             [MemberAnswer(node.members[i].name, node.members[i].weight, a.signature, a.result) for i, a in answers],
+            outputs=outputs,
         )
         first_answer = answers[0][1]
         exposed = frozenset().union(*(a.exposed for _, a in answers)).intersection(combined.outputs)  # a value may be one

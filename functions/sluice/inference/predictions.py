@@ -32,7 +32,7 @@ from sluice.domain.requests import UploadInputs
 from sluice.domain.results import Prediction, Resolved, rows_of
 from sluice.domain.signature import Signature
 from sluice.inference.batching import Batcher
-from sluice.inference.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing, within
+from sluice.inference.execution import MAX_REF_DEPTH, MIRROR, Call, PolicyRunner, no_routing, within
 from sluice.inference.graphs import answer_signature, input_signature
 from sluice.inference.inputs import decode_inputs
 from sluice.inference.outcomes import Outcomes, mark
@@ -259,7 +259,7 @@ class PredictionService:
         from sluice.domain import Deployment
 
         call = Call(
-            deployment=Deployment(tenant, "(mirror)", {}),
+            deployment=Deployment(tenant, MIRROR, {}),
             deadline=time.monotonic() + budget_s,
             routing=no_routing,
             spawn_mirrors=False,
@@ -387,7 +387,8 @@ class PredictionService:
         return check_inputs(signature, arrays, max_elements=self.settings.max_tensor_elements, **kw)
 
     def _check_variant(self, node: Node, variant: str) -> None:
-        names = {v.name for n in walk(node) if n.kind == "split" for v in n.variants}  # type: ignore[union-attr]
+        # The variants a request can be answered by: a mirror's split never answers it.
+        names = {v.name for n in walk(node, mirrors=False) if n.kind == "split" for v in n.variants}  # type: ignore[union-attr]
         if type(variant) is not str:  # a v2 parameter can be any JSON value
             raise BadRequest(f"variant names one of the deployment's variants ({sorted(names) or 'it has none'}): a string, not {type(variant).__name__}", field="variant")
         if variant not in names:

@@ -55,11 +55,31 @@ def _labels(answer: Answer) -> np.ndarray | None:
     return np.asarray(answer.result.outputs[spec.name]).reshape(-1)
 
 
-def _values(answer: Answer) -> np.ndarray:
-    spec = next((s for s in answer.signature.outputs if s.role == "value"), None)
-    if spec is None or spec.name not in answer.result.outputs:
-        raise BackendError(f"member '{answer.name}' gave no value output to aggregate")
-    return np.asarray(answer.result.outputs[spec.name], dtype=np.float64)
+def _values(answer: Answer, count: int) -> list[np.ndarray]:
+    """The member's `count` value outputs, in its signature's order (members may name them
+    differently: the k-th of each is combined with the k-th of the others)."""
+    specs = [s for s in answer.signature.outputs if s.role == "value"]
+    if len(specs) < count or any(s.name not in answer.result.outputs for s in specs[:count]):
+        raise BackendError(f"member '{answer.name}' gave {len(specs)} value output(s) to aggregate; {count} needed", member=answer.name)
+    out = []
+    for spec in specs[:count]:
+        try:
+            out.append(np.asarray(answer.result.outputs[spec.name], dtype=np.float64))
+        except (TypeError, ValueError):
+            raise BackendError(f"member '{answer.name}' gave output '{spec.name}' values that are no numbers", member=answer.name) from None
+    return out
+
+
+def _stacked(arrays: list[np.ndarray], answers: Sequence[Answer], what: str) -> np.ndarray:
+    """The members' arrays on a new first axis; arrays of other shapes are the members' fault."""
+    shape = arrays[0].shape
+    for answer, array in zip(answers, arrays, strict=True):
+        if array.shape != shape:
+            raise BackendError(
+                f"member '{answer.name}' answered {what} of shape {list(array.shape)}, member '{answers[0].name}' {list(shape)}: they cannot be combined",
+                member=answer.name,
+            )
+    return np.stack(arrays)
 
 
 def _combine(stack: np.ndarray, weights: np.ndarray, how: str) -> np.ndarray:
@@ -74,8 +94,21 @@ def _combine(stack: np.ndarray, weights: np.ndarray, how: str) -> np.ndarray:
     raise ValueError(how)
 
 
-def aggregate(how: str, answers: Sequence[Answer]) -> InferenceResult:
-    """Combine answers into one result shaped like the first member's outputs."""
+def aggregate(how: str, answers: Sequence[Answer], *, outputs: Sequence[str] | None = None) -> InferenceResult:
+    """Combine answers into one result shaped like the first member's outputs; `outputs`: those
+    the request asks for, picked from the combined result (every member gave every output
+    its aggregator needs)."""
+    combined = _aggregate(how, answers)
+    if not outputs:
+        return combined
+    return InferenceResult(
+        {name: array for name, array in combined.outputs.items() if name in outputs},
+        {name: classes for name, classes in combined.classes.items() if name in outputs},
+        {name: maps for name, maps in combined.maps.items() if name in outputs},
+    )
+
+
+def _aggregate(how: str, answers: Sequence[Answer]) -> InferenceResult:
     first = answers[0]
     if _rows(first.result) == 0:  # nothing to combine: the first member's empty answer is the answer
         return first.result
@@ -85,10 +118,16 @@ def aggregate(how: str, answers: Sequence[Answer]) -> InferenceResult:
     label_spec = first.signature.output_with_role("label")
     prob_spec = first.signature.output_with_role("probabilities")
     if label_spec is None and prob_spec is None:
-        stacked = np.stack([_values(a) for a in answers])
-        value_spec = next(s for s in first.signature.outputs if s.role == "value")
-        combined = _combine(stacked, weights, how).astype(first.result.outputs[value_spec.name].dtype)
-        return InferenceResult({value_spec.name: combined})
+        specs = [s for s in first.signature.outputs if s.role == "value"]
+        per_member = [_values(a, len(specs)) for a in answers]
+        out = {}
+        for k, spec in enumerate(specs):  # each value output of the ensemble, from each member's k-th
+            combined = _combine(_stacked([values[k] for values in per_member], answers, f"'{spec.name}'"), weights, how)
+            dtype = first.result.outputs[spec.name].dtype
+            # A mean or a median of whole numbers is a fraction: kept as a float, never cut
+            # back to the members' integers (their max is one of them).
+            out[spec.name] = combined.astype(dtype) if dtype.kind == "f" or how == "max" else combined
+        return InferenceResult(out)
     if how == "majority":
         return _majority(answers, weights)
     per_member = [_probabilities(a) for a in answers]
@@ -97,10 +136,18 @@ def aggregate(how: str, answers: Sequence[Answer]) -> InferenceResult:
     classes: list[Any] = []
     for member_classes, _ in per_member:  # type: ignore[misc]
         classes += [c for c in member_classes if c not in classes]
+    _one_kind_of_class(classes, answers)
     index = {c: i for i, c in enumerate(classes)}
     rows = per_member[0][1].shape[0]  # type: ignore[index]
     stack = np.zeros((len(answers), rows, len(classes)))
     for k, (member_classes, probs) in enumerate(per_member):  # type: ignore[misc]
+        if probs.ndim != 2 or probs.shape != (rows, len(member_classes)):
+            raise BackendError(
+                f"member '{answers[k].name}' answered probabilities of shape {list(probs.shape)} for {rows} rows of {len(member_classes)} classes",
+                member=answers[k].name,
+            )
+        if np.isnan(probs).any():  # a NaN would win every argmax: no class to name
+            raise BackendError(f"member '{answers[k].name}' answered a NaN probability", member=answers[k].name)
         for j, c in enumerate(member_classes):
             stack[k, :, index[c]] = probs[:, j]
     combined = _combine(stack, weights, how)
@@ -123,6 +170,7 @@ def _majority(answers: Sequence[Answer], weights: np.ndarray) -> InferenceResult
         spec = answer.signature.output_with_role("probabilities")
         classes += [c for c in (answer.result.classes.get(spec.name) or ()) if c not in classes] if spec is not None else []
     classes += [c for c in dict.fromkeys(c for v in votes for c in v.tolist()) if c not in classes]  # type: ignore[union-attr]
+    _one_kind_of_class(classes, answers)
     labels, shares = [], np.zeros((rows, len(classes)), dtype=np.float32)
     for i in range(rows):
         tally: Counter[Any] = Counter()
@@ -135,6 +183,16 @@ def _majority(answers: Sequence[Answer], weights: np.ndarray) -> InferenceResult
         for label, count in tally.items():
             shares[i, classes.index(label)] = count / weights.sum()
     return _classifier_result(answers[0], np.asarray(labels), shares, classes)
+
+
+def _one_kind_of_class(classes: list[Any], answers: Sequence[Answer]) -> None:
+    """Classes are all numbers or all text: members naming theirs in both (one 0/1, another
+    "cat"/"dog") answer no common question, and a vote between them names no class."""
+    kinds = {"text" if isinstance(c, str | bytes) else "number" for c in classes}
+    if len(kinds) > 1:
+        raise BackendError(
+            f"members name their classes as numbers and as text ({', '.join(a.name for a in answers)}): they cannot be combined",
+        )
 
 
 def _holds_nan(labels: np.ndarray) -> bool:
@@ -175,7 +233,16 @@ def check_fits(how: str, signatures: Sequence[Signature]) -> str | None:
     if kinds == {"classifier"} and how != "majority" and any(s.output_with_role("probabilities") is None for s in signatures):
         return f"'{how}' over classifiers needs a probability output on every member"
     if kinds == {"regressor"}:
-        shapes = {tuple(next((o.shape for o in s.outputs if o.role == "value"), ())) for s in signatures}
+        shapes = {tuple(tuple(o.shape) for o in s.outputs if o.role == "value") for s in signatures}
         if len(shapes) > 1:
-            return "members' value outputs have different shapes"
+            return "members' value outputs have different shapes (or counts)"
+    if kinds == {"classifier"}:
+        labels = {_label_kind(s) for s in signatures} - {None}
+        if len(labels) > 1:
+            return "members' labels are numbers on some and text on others"
     return None
+
+
+def _label_kind(signature: Signature) -> str | None:
+    spec = signature.output_with_role("label")
+    return None if spec is None else "text" if spec.datatype == "BYTES" else "number"
