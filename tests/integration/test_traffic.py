@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,22 @@ def predict(client: TestClient, key: str, deployment: str, **extra: Any) -> Any:
 
 
 # Splits ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_nested_sticky_split_reusing_the_outer_names_keeps_its_own_weights(client: TestClient, keys: dict[str, str], two_irises: Container, cache: bool) -> None:
+    """Outer a/b 50/50, inner a/b 20/80 under outer a, both keyed by the same header: the keys
+    outer `a` gets reach inner `b` about four times in five (they all reached inner `a`), each
+    key stays where it went, and the prediction cache answers each as the walk would."""
+    inner = split_policy({"a": (20, single("iris", 1)), "b": (80, single("iris", 2))}, routing_key="x-user-id")
+    policy = split_policy({"a": (50, inner), "b": (50, single("iris", 1))}, routing_key="x-user-id")
+    extra = {"cache": {"ttl_s": 300, "max_entries": 1000}} if cache else {}
+    assert client.post("/api/v1/deployments", json={"name": "nest", "policy": policy, **extra}, headers=auth(keys["acme"])).status_code == 201
+    first = {u: predict(client, keys["acme"], "nest", routing_key=f"user-{u}").json()["variant"] for u in range(400)}
+    again = {u: predict(client, keys["acme"], "nest", routing_key=f"user-{u}").json()["variant"] for u in range(400)}
+    assert first == again
+    share = Counter(first.values())
+    assert 0.35 < (share["a/a"] + share["a/b"]) / 400 < 0.65 and 0.65 < share["a/b"] / (share["a/a"] + share["a/b"]) < 0.92, share
+
+
 def test_canary_split_is_sticky_by_routing_key_and_names_the_variant(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
     policy = split_policy({"stable": (80, single("iris", 1)), "canary": (20, single("iris", 2))}, routing_key="x-user-id")
     assert deploy(client, keys["acme"], "iris-ab", policy).status_code == 201

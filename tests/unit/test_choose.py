@@ -79,3 +79,25 @@ def test_sampling_percentages() -> None:
     rng = random.Random(4)
     assert sum(sampled(25, rng) for _ in range(20_000)) / 20_000 == pytest.approx(0.25, abs=0.015)
     assert not any(sampled(0, rng) for _ in range(100)) and all(sampled(100, rng) for _ in range(100))
+
+
+@pytest.mark.parametrize(("outer", "inner"), [((50, 50), (50, 50)), ((50, 50), (10, 90)), ((30, 70), (80, 20))])
+def test_a_nested_split_holds_its_own_weights_among_the_keys_that_reach_it(outer: tuple[int, int], inner: tuple[int, int]) -> None:
+    """An inner split whose variants bear the outer's names, keyed alike: salted by its path, it
+    splits the keys the outer sent it by its own weights (unsalted, outer `a` meant inner `a`)."""
+    reached = [k for k in KEYS if sticky_pick(variants(*outer), k).name == "a"]
+    inside = Counter(sticky_pick(variants(*inner), k, salt="a").name for k in reached)
+    assert inside["a"] / len(reached) == pytest.approx(inner[0] / sum(inner), abs=0.03)
+
+
+def test_a_top_split_draws_as_it_always_has() -> None:
+    """No salt at the top: keys keep the variants they had before nested splits were salted."""
+    import hashlib
+    import math
+
+    def before(split: list[Variant], key: str) -> str:  # the draw as written before the salt
+        scores = {v.name: -v.weight / math.log((int.from_bytes(hashlib.blake2b(f"{v.name}\x00{key}".encode(), digest_size=8).digest(), "big") + 0.5) / float(1 << 64)) for v in split}
+        return max(scores, key=scores.__getitem__)
+
+    split = variants(50, 30, 20)
+    assert all(sticky_pick(split, k).name == before(split, k) for k in KEYS[:2000])

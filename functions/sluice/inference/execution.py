@@ -225,7 +225,7 @@ class PolicyRunner:
                     call.chosen.append(call.subject(chosen.name))
             else:
                 key = call.routing(node.routing_key) if node.routing_key else None
-                chosen = sticky_pick(node.variants, key) if key else weighted_pick(node.variants)
+                chosen = sticky_pick(node.variants, key, salt=call.path) if key else weighted_pick(node.variants)
         path = call.subject(chosen.name)
         answer = await self.run_counted(chosen.target, call.under(path), arrays, depth + 1, f"variant:{path}", invalid=True)
         answer.variant = chosen.name if answer.variant is None else f"{chosen.name}/{answer.variant}"

@@ -63,7 +63,9 @@ async def route_of(
         return ((node.model, node.version),)  # type: ignore[union-attr]
     parts: list[Any] = []
 
-    async def visit(n: Node, depth: int) -> bool:
+    async def visit(n: Node, depth: int, top: bool = False) -> bool:
+        """`top`: the policy's root, or reached from it through shadows' primaries alone (a
+        split there draws its keys unsalted: `sticky_pick`)."""
         if depth > MAX_ROUTE_DEPTH:
             return False
         kind = n.kind
@@ -71,7 +73,7 @@ async def route_of(
             parts.append((n.model, n.version))  # type: ignore[union-attr]
             return True
         if kind == "shadow":
-            return await visit(n.primary, depth + 1)  # type: ignore[union-attr]
+            return await visit(n.primary, depth + 1, top)  # type: ignore[union-attr]
         if kind == "ref":
             dep, child = await deployment_of(call.tenant, n.deployment)  # type: ignore[union-attr]
             parts.append(("ref", dep.name, dep.revision))
@@ -87,8 +89,8 @@ async def route_of(
                     chosen = live[0]
                 else:
                     key = call.routing(n.routing_key) if n.routing_key else None  # type: ignore[union-attr]
-                    if not key:
-                        return False  # routed at random this time
+                    if not key or not top:
+                        return False  # routed at random this time; or by a nested split's own draw (its path's)
                     chosen = sticky_pick(variants, key)
             parts.append(("variant", chosen.name))
             return await visit(chosen.target, depth + 1)
@@ -142,7 +144,7 @@ async def route_of(
                 return False
         return True
 
-    return tuple(parts) if await visit(node, 0) else None
+    return tuple(parts) if await visit(node, 0, True) else None
 
 
 def held_bytes(outputs: Mapping[str, np.ndarray], limit: int) -> int:

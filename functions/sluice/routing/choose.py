@@ -15,24 +15,28 @@ if TYPE_CHECKING:
 _SCALE = float(1 << 64)
 
 
-def _unit_hash(key: str, name: str) -> float:
-    """A uniform number in (0, 1) for (key, variant), stable across processes and releases."""
-    digest = hashlib.blake2b(f"{name}\x00{key}".encode(), digest_size=8).digest()
+def _unit_hash(key: str, name: str, salt: str = "") -> float:
+    """A uniform number in (0, 1) for (key, variant), stable across processes and releases;
+    `salt` (a nested split's place in its policy) draws it afresh for that split."""
+    text = f"{name}\x00{key}" if not salt else f"{salt}\x00{name}\x00{key}"
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return (int.from_bytes(digest, "big") + 0.5) / _SCALE
 
 
-def sticky_pick(variants: Sequence[Variant], key: str) -> Variant:
+def sticky_pick(variants: Sequence[Variant], key: str, *, salt: str = "") -> Variant:
     """Weighted rendezvous hashing: each variant scores `-weight / ln(h(key, variant))` and
     the highest wins. A key keeps its variant while weights stay put. Moving weight between
     the two variants of a split (a rollout's stable and candidate) moves only the keys that
     must move, all toward the one that gained; with three or more variants about the share
     moved changes variant, none onto one that lost weight, and some (about a fifth as many)
-    between variants whose weights did not change."""
+    between variants whose weights did not change. `salt`: the split's path in its policy
+    (empty at the top): a split nested in another, whose variants may bear the same names, draws
+    its own numbers, so that its weights hold among the keys that reach it."""
     best, best_score = variants[0], -math.inf
     for variant in variants:
         if variant.weight <= 0:
             continue
-        score = -variant.weight / math.log(_unit_hash(key, variant.name))
+        score = -variant.weight / math.log(_unit_hash(key, variant.name, salt))
         if score > best_score:
             best, best_score = variant, score
     return best
