@@ -295,7 +295,9 @@ def record_id(raw: bytes | str) -> Any:
     except orjson.JSONDecodeError:
         try:  # JSON orjson will not read (a number past a double, NaN, deeper than it goes) may still say its id
             body = json.loads(raw)
-        except (ValueError, RecursionError):
+            rid = body.get("id") if isinstance(body, dict) else None
+            orjson.dumps(rid)  # one the output can carry: not a lone surrogate, nor a whole number past 64 bits
+        except (ValueError, RecursionError, TypeError):
             return None
     rid = body.get("id") if isinstance(body, dict) else None
     return rid if valid_id(rid) else None

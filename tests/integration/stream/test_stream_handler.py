@@ -168,6 +168,18 @@ def test_records_that_can_never_succeed_become_error_records_naming_the_field(aw
     assert all("prediction" in out[f"tx-{i}"] for i in range(5))
 
 
+@pytest.mark.parametrize("rid", ['"\\ud800"', "123456789012345678901234567890"])
+def test_an_id_no_output_can_carry_is_left_off_the_error_record_of_json_the_reader_refuses(aws: None, bind: Bind, rid: str) -> None:
+    """A record orjson refuses is read again for its id alone: an id a written output cannot
+    carry (a lone surrogate, a whole number past 64 bits) is left off, never a crash of the batch."""
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    body = '{"id": %s, "features": {"sepal_length": 1e400, "sepal_width": 1, "petal_length": 1, "petal_width": 1}}' % rid
+    assert handle(sqs_event([body, *rows(1)])) == {"batchItemFailures": []}
+    out = _drain(sqs, url)
+    assert sorted(str(o.get("id")) for o in out) == ["None", "tx-0"] and all(o.get("code") in (None, "bad_request") for o in out)
+
+
 def _count_calls(container: Container) -> list[int]:
     """Spy on the one prediction call: how many calls, how many rows each."""
     calls: list[int] = []
