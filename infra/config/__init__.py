@@ -137,6 +137,21 @@ class SluiceConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _one_stream_a_queue(self) -> SluiceConfig:
+        """Two mappings on one SQS queue would each take a share of its messages (a message goes
+        to one consumer): each stream's destination would get only part of them, at random. (A
+        Kinesis stream or a Kafka topic gives every mapping all of its records.)"""
+        seen: dict[str, str] = {}
+        for stream in self.streams:
+            arn = stream.source.arn
+            if stream.source.kind != "sqs" or arn is None:
+                continue
+            if arn in seen:
+                raise ValueError(f"streams {seen[arn]!r} and {stream.name!r} read the same queue ({arn}): one stream a queue")
+            seen[arn] = stream.name
+        return self
+
+    @model_validator(mode="after")
     def _managed_instances(self) -> SluiceConfig:
         if self.api.managed_instances is not None:
             self.api.managed_instances.check(self.functions, self.api.memory_mb)

@@ -92,12 +92,15 @@ def _check_outbox_prefix(prefix: str, tenant: str) -> None:
         ) from None
 
 
+SQS_MAX_RETRIES = 999  # maxReceiveCount (retries + 1) is 1 to 1,000
+
+
 class StreamConfig(Section):
     """One source bound to one tenant's deployment, with its own function and mapping."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,23}$")
     tenant: str = Field(pattern=TENANT)
-    deployment: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    deployment: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")  # a deployment's name, as the API takes it
     source: StreamSource
     destination: StreamDestination
     batch_size: int = Field(100, ge=1, le=10000, description="Records per invocation at most.")
@@ -134,6 +137,11 @@ class StreamConfig(Section):
     @model_validator(mode="after")
     def _limits(self) -> StreamConfig:
         source = self.source
+        if source.kind == "sqs" and self.retry_attempts > SQS_MAX_RETRIES:
+            raise ValueError(
+                f"retry_attempts ({self.retry_attempts}) of an SQS source is at most {SQS_MAX_RETRIES}: "
+                "its queue's redrive policy counts deliveries, 1 to 1,000"
+            )
         if source.is_fifo and (self.batch_size > 10 or self.batching_window_s):
             raise ValueError("a FIFO queue takes batch_size <= 10 and no batching window")
         if source.kind == "sqs" and self.batch_size > 10 and self.batching_window_s < 1:

@@ -170,9 +170,9 @@ def test_usage_plans_come_from_the_environment_the_stack_sets(monkeypatch: pytes
     from sluice.settings import AuthSettings
 
     monkeypatch.setenv("SLUICE_USAGE_KEY_PREFIX", "p-")
-    monkeypatch.setenv("SLUICE_USAGE_TENANTS", "acme,initech")
+    monkeypatch.setenv("SLUICE_USAGE_TENANTS", "acme, initech ,")  # as a person writes a comma-separated list
     plans = UsagePlans.from_settings(AuthSettings())
-    assert plans.key_for("initech") == "p-initech"
+    assert plans.key_for("initech") == "p-initech" and plans.key_for("acme") == "p-acme"
     assert plans.key_for("globex") == "p-_default"
     monkeypatch.delenv("SLUICE_USAGE_KEY_PREFIX")
     assert UsagePlans.from_settings(AuthSettings()).key_for("acme") is None

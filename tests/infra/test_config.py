@@ -58,6 +58,35 @@ def test_mistakes_are_refused(change: dict, message: str) -> None:
         SluiceConfig.model_validate(change)
 
 
+QUEUE = "arn:aws:sqs:eu-west-1:123456789012:transactions"
+STREAM = "arn:aws:kinesis:eu-west-1:123456789012:stream/clicks"
+
+
+def _stream(name: str, source: dict, **fields: object) -> dict:
+    return {"name": name, "tenant": "acme", "deployment": "fraud", "destination": {"kind": "s3"}, "source": source, **fields}
+
+
+@pytest.mark.parametrize(
+    ("streams", "message"),
+    [
+        ([_stream("a", {"kind": "sqs", "arn": QUEUE}), _stream("b", {"kind": "sqs", "arn": QUEUE}, deployment="other")], "read the same queue"),
+        ([_stream("a", {"kind": "sqs", "create": True}, retry_attempts=5000)], r"at most 999"),
+        ([_stream("a", {"kind": "sqs", "create": True}, deployment="Fraud")], "deployment"),
+    ],
+)
+def test_stream_mistakes_are_refused_before_they_synthesize(streams: list, message: str) -> None:
+    """Each synthesized before: two mappings splitting one queue's messages between their
+    deployments at random; a redrive policy SQS refuses at deploy; a deployment no name can be."""
+    with pytest.raises(ValidationError, match=message):
+        SluiceConfig.model_validate({"streams": streams})
+
+
+def test_streams_that_may_share_a_source_are_taken() -> None:
+    """A Kinesis stream gives every mapping all of its records; SQS takes up to 999 retries."""
+    SluiceConfig.model_validate({"streams": [_stream("a", {"kind": "kinesis", "arn": STREAM}), _stream("b", {"kind": "kinesis", "arn": STREAM}, deployment="other")]})
+    SluiceConfig.model_validate({"streams": [_stream("a", {"kind": "sqs", "arn": QUEUE}, retry_attempts=999)]})
+
+
 def test_endpoint_variants_must_be_sane() -> None:
     endpoint = FULL_CONFIG["endpoints"][0]
     variant = dict(endpoint["variants"][0])

@@ -171,3 +171,42 @@ def test_a_number_a_c_library_is_handed_is_refused_past_what_it_holds(name: str)
     ONNX Runtime's and gRPC's options are C ints."""
     with pytest.raises(SettingRefused, match=f"^SLUICE_{name.upper()}: "):
         Settings(**{name: 2**31})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "words"),
+    [
+        ("SLUICE_MIRROR", "nowhere", "local or lambda://FUNCTION"),
+        ("SLUICE_MIRROR", "lambda://", "local or lambda://FUNCTION"),
+        ("SLUICE_CAPTURE", "nowhere", "file:///PATH, firehose://STREAM or off"),
+        ("SLUICE_CAPTURE", "firehose://", "file:///PATH, firehose://STREAM or off"),
+        ("SLUICE_BATCH_BUCKET", "s3://my-bucket", "an S3 bucket's name"),
+        ("SLUICE_BATCH_BUCKET", "My_Bucket", "an S3 bucket's name"),
+        ("SLUICE_IMPORT_PREFIXES", '["relative/{tenant}/"]', "is no prefix"),
+        ("SLUICE_IMPORT_PREFIXES", '["s3://Bad_Bucket/{tenant}/"]', "is no prefix"),
+        ("SLUICE_IMPORT_PREFIXES", '["s3://uploads/shared/"]', "names no {tenant}"),
+        ("SLUICE_SCHEDULE_GROUP", "nightly", "needs SLUICE_ORCHESTRATOR"),
+        ("SLUICE_STREAMS", '{"*": {"tenant": "acme", "destination": {"kind": "sqs"}}}', "the binding of '*': deployment"),
+        ("SLUICE_STREAMS", '{"*": {"tenant": "acme", "deployment": "fraud", "destination": {"kind": "sns"}}}', "destination.kind"),
+    ],
+)
+def test_a_setting_each_request_would_build_from_is_refused_as_the_settings_are_read(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, words: str
+) -> None:
+    """Read on the first request (the mirror, capture's sink, a tenant's roots, the schedules'
+    timer, the stream bindings), these were a 500 on every request, or every invocation."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingRefused) as refused:
+        Settings()
+    message = str(refused.value)
+    assert message.startswith(variable) and words in message and "\n" not in message, message
+
+
+def test_the_settings_the_cdk_app_and_the_docs_give_are_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable, value in (
+        ("SLUICE_MIRROR", "lambda://sluice-shadow"), ("SLUICE_CAPTURE", "firehose://sluice-capture"), ("SLUICE_BATCH_BUCKET", "sluice-batch-123456789012-eu-west-1"),
+        ("SLUICE_IMPORT_PREFIXES", '["s3://uploads-bucket/{tenant}/", "file://{home}/imports/{tenant}/"]'),
+        ("SLUICE_STREAMS", '{"*": {"tenant": "acme", "deployment": "fraud", "destination": {"kind": "sqs", "target": "https://sqs"}}}'),
+    ):  # fmt: skip
+        monkeypatch.setenv(variable, value)
+    Settings()

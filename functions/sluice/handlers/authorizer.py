@@ -25,6 +25,7 @@ from aws_lambda_powertools.utilities.data_classes.api_gateway_authorizer_event i
 
 from sluice.domain.errors import Unauthenticated
 from sluice.services.keys import handshake_headers, presented_key, split_key
+from sluice.settings import get_settings
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
@@ -50,7 +51,7 @@ class UsagePlans:
     @classmethod
     def from_settings(cls, auth: AuthSettings) -> UsagePlans:
         """The plans the stack configured (`SLUICE_USAGE_KEY_PREFIX`, `SLUICE_USAGE_TENANTS`)."""
-        return cls(key_prefix=auth.usage_key_prefix, tenants=frozenset(t for t in auth.usage_tenants.split(",") if t))
+        return cls(key_prefix=auth.usage_key_prefix, tenants=frozenset(t.strip() for t in auth.usage_tenants.split(",") if t.strip()))  # "acme, globex" names globex too
 
     def key_for(self, tenant: str) -> str | None:
         if not self.key_prefix:
@@ -154,5 +155,9 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     usage = UsagePlans.from_settings(container.settings.auth)
     return authorize(APIGatewayAuthorizerRequestEvent(event), keys=container.keys, usage=usage)
 
+
+# The settings are read as the function starts, as every other handler's are: one that does
+# not read stops the start-up, naming it, rather than every request's authorization.
+get_settings()
 
 started()  # the function's start-up is over: the collector back on (`sluice.startup`)

@@ -3,11 +3,14 @@ and the endpoints deployments get."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sluice.settings.process import DAY_S, Group, MiB
+
+BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")  # S3's rule for a bucket's name
 
 
 class BatchSettings(Group):
@@ -66,8 +69,14 @@ class JobSettings(Group):
 
     @model_validator(mode="after")
     def _check_orchestrator(self) -> JobSettings:
+        # What each request would build from them is checked as the process starts: a value
+        # found wrong on a request is a 500 for every tenant.
         if self.orchestrator not in ("", "local") and not self.orchestrator.startswith("stepfunctions://arn:"):
             raise ValueError("SLUICE_ORCHESTRATOR must be local or stepfunctions://STATE_MACHINE_ARN")
+        if self.batch_bucket and not BUCKET.fullmatch(self.batch_bucket):
+            raise ValueError(f"SLUICE_BATCH_BUCKET is an S3 bucket's name (my-batch-bucket), not {self.batch_bucket!r}")
+        if self.schedule_group and (not self.orchestrator.startswith("stepfunctions://") or not self.scheduler_role_arn):
+            raise ValueError("SLUICE_SCHEDULE_GROUP needs SLUICE_ORCHESTRATOR=stepfunctions://ARN and SLUICE_SCHEDULER_ROLE_ARN")
         return self
 
 
@@ -86,6 +95,23 @@ class StreamSettings(Group):
     stream_batch_rows: int = Field(
         default=4096, gt=0, description="Rows per inference call at most while scoring stream records."
     )
+
+    @field_validator("streams")
+    @classmethod
+    def _check_streams(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # Each binding read as the stream function reads it, now rather than on every invocation.
+        from pydantic import ValidationError
+
+        from sluice.domain.stream_bindings import Binding
+
+        for source, spec in value.items():
+            try:
+                Binding.model_validate(spec)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "binding"
+                raise ValueError(f"SLUICE_STREAMS: the binding of {source!r}: {where}: {first['msg']}") from None
+        return value
     stream_max_wait_ms: float = Field(
         default=50.0, ge=0, le=DAY_S * 1000, description="How long `sluice stream` holds a partial micro-batch for more lines."
     )
@@ -104,6 +130,14 @@ class DataCaptureSettings(Group):
             "`capture/` under home locally, off on AWS unless set (the CDK app sets it)."
         ),
     )
+    @field_validator("capture")
+    @classmethod
+    def _check_capture(cls, value: str) -> str:
+        ok = value in ("", "off") or (value.startswith("file:///") and len(value) > 8) or (value.startswith("firehose://") and len(value) > 11)
+        if not ok:
+            raise ValueError(f"SLUICE_CAPTURE must be file:///PATH, firehose://STREAM or off, not {value!r}")
+        return value
+
     capture_queue: int = Field(
         default=10_000,
         ge=1,

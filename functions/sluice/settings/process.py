@@ -145,6 +145,14 @@ class AdapterSettings(Group):
     region: str | None = Field(
         default=None, description="AWS region for DynamoDB/S3; defaults to the SDK's own lookup."
     )
+
+    @field_validator("mirror")
+    @classmethod
+    def _check_mirror(cls, value: str) -> str:
+        # Read as the process starts: the mirror is built on the first request, too late to refuse it.
+        if value not in ("", "local") and not (value.startswith("lambda://") and len(value) > len("lambda://")):
+            raise ValueError(f"SLUICE_MIRROR must be local or lambda://FUNCTION, not {value!r}")
+        return value
     tenant_role_arn: str | None = Field(
         default=None,
         description=(
@@ -168,6 +176,23 @@ class SourceSettings(Group):
             "(e.g. `s3://uploads-bucket/{tenant}/`); JSON list in the environment."
         ),
     )
+    @field_validator("import_prefixes")
+    @classmethod
+    def _check_imports(cls, value: list[str]) -> list[str]:
+        # Each tenant's roots are built per request: a prefix that makes none is refused now.
+        from sluice.domain.locations import Root
+
+        for prefix in value:
+            try:
+                Root.of("imports", prefix.replace("{home}", "/home").replace("{tenant}", "tenant"))
+            except ValueError:
+                raise ValueError(
+                    f"SLUICE_IMPORT_PREFIXES: {prefix!r} is no prefix: give s3://BUCKET/PREFIX/ or an absolute file:// folder, with {{tenant}}"
+                ) from None
+            if "{tenant}" not in prefix:
+                raise ValueError(f"SLUICE_IMPORT_PREFIXES: {prefix!r} names no {{tenant}}: every tenant would read the same place")
+        return value
+
     triton_url_prefixes: list[str] = Field(
         default_factory=lambda: ["http://127.0.0.1:8100-8102", "http://localhost:8100-8102"],
         description=(

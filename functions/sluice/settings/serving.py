@@ -245,7 +245,8 @@ class ServeSettings(Group):
         gt=0,
         description="`sluice serve`, told to stop (SIGTERM, SIGINT): it stops listening at once (a new "
         "connection is refused, for the client to retry elsewhere), then the requests and gRPC calls it had "
-        "accepted have this long to be answered (by default the prediction budget, `request_timeout_s`); past "
+        "accepted have this long to be answered (25 s, the default prediction budget `request_timeout_s`: "
+        "raise it with that budget, which it does not follow); past "
         "it they are answered 503 `unavailable`. It then writes out its statistics, captured requests and shadow comparisons and "
         "exits: within this plus 10 s, or, while local batch jobs run, plus `batch_stop_grace_s` too; a worker "
         "still running then is killed. See docs/operations.md.",

@@ -1,43 +1,13 @@
-"""Which tenant, deployment and destination each source is bound to.
-
-`SLUICE_STREAMS` holds a JSON object keyed by source: a queue or stream ARN, `kafka:<topic>`,
-or `*` (any source: one binding per function). A record names neither tenant nor deployment:
-the binding does, so a record can never reach another tenant's deployment.
-
-    {"arn:aws:sqs:eu-west-1:123456789012:transactions":
-        {"tenant": "acme", "deployment": "fraud",
-         "destination": {"kind": "sqs", "target": "https://sqs.eu-west-1.amazonaws.com/123456789012/scores"}}}
-
-Destination kinds: `sqs` (a queue URL), `kinesis` (a stream name or ARN), `firehose` (a
-delivery stream name), `s3` (`s3://bucket/prefix`), `stdout` (the local twin).
-"""
+"""Which tenant, deployment and destination each source is bound to: the bindings' rules are
+`sluice.domain.stream_bindings` (which the settings read as the process starts); here, which
+binding a record's source takes."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
-
 from sluice.domain.errors import NotFound
+from sluice.domain.stream_bindings import Binding, Destination, parse_bindings
 
-
-class Destination(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["sqs", "kinesis", "firehose", "s3", "stdout"]
-    target: str = ""
-
-
-class Binding(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tenant: str = Field(min_length=1)
-    deployment: str = Field(min_length=1)
-    destination: Destination = Destination(kind="stdout")
-
-
-def parse_bindings(data: dict[str, Any]) -> dict[str, Binding]:
-    return {source: Binding.model_validate(spec) for source, spec in data.items()}
+__all__ = ["Binding", "Destination", "binding_for", "parse_bindings"]
 
 
 def binding_for(bindings: dict[str, Binding], source: str) -> Binding:
