@@ -174,7 +174,7 @@ def test_an_id_no_output_can_carry_is_left_off_the_error_record_of_json_the_read
     carry (a lone surrogate, a whole number past 64 bits) is left off, never a crash of the batch."""
     sqs, url = _queue("scores")
     handle = bind({"kind": "sqs", "target": url})
-    body = '{"id": %s, "features": {"sepal_length": 1e400, "sepal_width": 1, "petal_length": 1, "petal_width": 1}}' % rid
+    body = '{"id": ' + rid + ', "features": {"sepal_length": 1e400, "sepal_width": 1, "petal_length": 1, "petal_width": 1}}'
     assert handle(sqs_event([body, *rows(1)])) == {"batchItemFailures": []}
     out = _drain(sqs, url)
     assert sorted(str(o.get("id")) for o in out) == ["None", "tx-0"] and all(o.get("code") in (None, "bad_request") for o in out)
