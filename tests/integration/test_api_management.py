@@ -60,6 +60,24 @@ def test_push_by_uri_and_feature_names(client: TestClient, keys: dict[str, str],
     assert v["signature"]["inputs"][0]["feature_names"] == ["a", "b", "c", "d"]
 
 
+def test_feature_names_for_a_model_of_several_inputs_are_refused_not_dropped(client: TestClient, keys: dict[str, str]) -> None:
+    """Feature names name one input's columns: given for a model of two inputs they were taken
+    (201) and dropped, the caller never told."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"])], "two",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None, 2]) for n in ("a", "b")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    h = {**auth(keys["acme"]), "content-type": "application/octet-stream"}
+    refused = client.post("/api/v1/models/two/versions", content=model.SerializeToString(), params={"feature_names": "x,y"}, headers=h)
+    assert refused.status_code == 422 and refused.json()["field"] == "feature_names" and "2 inputs" in refused.json()["error"], refused.text
+    assert client.post("/api/v1/models/two/versions", content=model.SerializeToString(), headers=h).status_code == 201
+
+
 def test_push_by_uri_only_reads_what_the_tenant_may_import(client: TestClient, keys: dict[str, str], demo: Container) -> None:
     h = auth(keys["acme"])
     registry_file = (demo.settings.home_path / "registry.db").as_uri()

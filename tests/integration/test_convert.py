@@ -230,6 +230,13 @@ def test_classifiers_without_probabilities_are_checked_on_their_labels(
     code, out, err = run_cli(capsys, "predict", "svc", "--inputs", json.dumps(x[[0, 100]].tolist()))
     assert code == 0, err
     assert [p["prediction"] for p in json.loads(out)["predictions"]] == svc.predict(x[[0, 100]]).tolist() == [3, 7]
+    for name in ("svc", "ridge"):  # their decision scores are served as what they are: no probabilities, no confidence
+        if name != "svc":
+            assert run_cli(capsys, "deployments", "create", f"{name}-v2", "--model", name)[0] == 0
+        code, out, err = run_cli(capsys, "predict", name if name == "svc" else f"{name}-v2", "--inputs", json.dumps(x[[0, 100]].tolist()))
+        assert code == 0, err
+        for answer in json.loads(out)["predictions"]:
+            assert "probabilities" not in answer and "confidence" not in answer, answer
     # With labels all there is, one that differs refuses the push.
     from sluice.convert.check import ConversionDisagrees, compare
     from sluice.convert.frameworks import estimator, to_onnx
@@ -318,3 +325,33 @@ def test_a_lightgbm_classifiers_labels_are_its_classes(classes: list[object]) ->
     loaded = estimator(model, "m")
     rows = x.astype(np.float32)
     assert compare(loaded, to_onnx(loaded, 4, rows), rows, 1e-4)[1] == 1.0
+
+
+def test_declared_output_shapes_are_what_the_model_answers(diabetes: tuple[np.ndarray, np.ndarray]) -> None:
+    """skl2onnx declares a forest of two targets `[N, 1]`: the pushed model declares `[N, 2]`,
+    what it answers, so its signature (and an ensemble's checks) read two values."""
+    import onnx
+    from sklearn.ensemble import RandomForestRegressor
+
+    from sluice.convert.check import convert_loaded
+    from sluice.convert.frameworks import estimator
+
+    x, y = diabetes
+    forest = RandomForestRegressor(n_estimators=3, random_state=0).fit(x, np.stack([y, -y], axis=1))
+    converted = convert_loaded(estimator(forest, "forest"))
+    (output,) = onnx.load_from_string(converted.onnx).graph.output
+    assert [d.dim_value or d.dim_param for d in output.type.tensor_type.shape.dim] == ["N", 2]
+
+
+def test_true_false_classes_are_refused_rather_than_served_as_0_and_1(iris: tuple[np.ndarray, np.ndarray]) -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    from sluice.convert.check import convert_loaded
+    from sluice.convert.frameworks import estimator
+    from sluice.domain.errors import BadRequest
+
+    x, y = iris
+    with pytest.raises(BadRequest, match="classes are true/false") as refused:
+        convert_loaded(estimator(LogisticRegression(max_iter=500).fit(x, y == 2), "flag"))
+    assert refused.value.field == "file"
+    convert_loaded(estimator(LogisticRegression(max_iter=500).fit(x, (y == 2).astype(int)), "flag"))  # 0/1 as integers: taken

@@ -103,6 +103,9 @@ def convert_loaded(
         rows = generated_rows(signature, GENERATED_ROWS, seed=0)[INPUT]
         where = f"{GENERATED_ROWS} generated rows (standard normal; give --sample for rows like yours)"
     onnx = to_onnx(loaded, width, rows)
+    if loaded.kind == "classifier" and "probabilities" not in loaded.predict(rows[:1]):
+        onnx = scores_not_probabilities(onnx)
+    onnx = declared_as_answered(onnx, rows)
     diff, agreement = compare(loaded, onnx, rows, tolerance)
     return Converted(onnx, kind, len(rows), where, diff, agreement, names)
 
@@ -157,6 +160,12 @@ def compare(loaded: Loaded, onnx: bytes, rows: np.ndarray, tolerance: float) -> 
     if "label" not in compared:
         return worst, None
     want, have = expected["label"], got["label"]
+    if (want.dtype.kind == "b") != (have.dtype.kind == "b"):  # True is 1 as a number, not as a class a caller reads
+        raise BadRequest(
+            f"the original's classes are {'true/false' if want.dtype.kind == 'b' else want.dtype.name} and the ONNX "
+            f"model's {'true/false' if have.dtype.kind == 'b' else have.dtype.name}: answers would name other classes; "
+            "train on integer or text classes; nothing was pushed", field="file",
+        )  # fmt: skip
     same = want.astype(np.float64) == have.astype(np.float64) if _numeric(want, have) else want.astype(str) == have.astype(str)
     if worst is None and not same.all():  # no scores within the tolerance to excuse a label at a tie
         row = int(np.argmin(same))
@@ -166,6 +175,60 @@ def compare(loaded: Loaded, onnx: bytes, rows: np.ndarray, tolerance: float) -> 
             field="file", label_agreement=float(same.mean()), output="label",
         )  # fmt: skip
     return worst, float(same.mean())
+
+
+SCORES = "scores"
+
+
+def scores_not_probabilities(data: bytes) -> bytes:
+    """A classifier the original gives no probabilities for (a linear SVM, a ridge classifier,
+    XGBoost's `multi:softmax`) still has a second output, its decision scores or margins, which
+    the converters name `probabilities`: that name would have it served as probabilities (keyed
+    by index, a score as the confidence). It is named `scores`, a plain value."""
+    import onnx
+
+    model = onnx.load_from_string(data)
+    renamed = {o.name: SCORES if i == 0 else f"{SCORES}_{i}" for i, o in enumerate(o for o in model.graph.output if "prob" in o.name.lower())}
+    if not renamed:
+        return data
+    for output in model.graph.output:
+        output.name = renamed.get(output.name, output.name)
+    for node in model.graph.node:
+        for i, name in enumerate(node.output):
+            if name in renamed:
+                node.output[i] = renamed[name]
+        for i, name in enumerate(node.input):
+            if name in renamed:
+                node.input[i] = renamed[name]
+    return model.SerializeToString()
+
+
+def declared_as_answered(data: bytes, rows: np.ndarray) -> bytes:
+    """The outputs' declared shapes made what the model answers past the rows: a converter may
+    declare `[N, 1]` for a forest of two targets, which answers `[N, 2]` (its signature, the v2
+    metadata and an ensemble's checks would all read one value)."""
+    import onnx
+
+    from sluice.runtimes.onnx import build_session
+
+    session = build_session(data)
+    answered = {out.name: np.shape(value) for out, value in zip(session.get_outputs(), session.run(None, {INPUT: rows[:2]}), strict=True)}
+    model = onnx.load_from_string(data)
+    changed = False
+    for output in model.graph.output:
+        shape = answered.get(output.name)
+        if not output.type.HasField("tensor_type") or shape is None or len(shape) < 1:
+            continue
+        dims = output.type.tensor_type.shape.dim
+        declared = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+        if len(declared) == len(shape) and all(d is None or d == n for d, n in zip(declared[1:], shape[1:], strict=True)):
+            continue
+        del dims[:]
+        dims.add().dim_param = "N"
+        for n in shape[1:]:
+            dims.add().dim_value = n
+        changed = True
+    return model.SerializeToString() if changed else data
 
 
 def _said(outputs: dict[str, np.ndarray]) -> str:

@@ -48,6 +48,11 @@ def signature_from_session(session: Any, feature_names: list[str] | None = None)
     property (comma separated), and apply to a single 2-D input.
     """
     meta = dict(session.get_modelmeta().custom_metadata_map)
+    if feature_names and len(session.get_inputs()) != 1:  # given by the caller: never dropped unsaid
+        raise Unprocessable(
+            f"feature names name the columns of a model's one input; this model takes {len(session.get_inputs())} inputs",
+            field="feature_names",
+        )
     if feature_names is None and meta.get("feature_names"):
         feature_names = [n.strip() for n in meta["feature_names"].split(",") if n.strip()]  # an exporter's trailing comma: no name
     raw_inputs = session.get_inputs()
