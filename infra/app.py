@@ -103,8 +103,9 @@ def build_app(
         batch=config.batch, concurrency=config.concurrency, **functions,
     )  # fmt: skip
     endpoints = component(
-        EndpointsStack, "endpoints", "SageMaker Triton endpoints", endpoints=config.endpoints, **common
-    )
+        EndpointsStack, "endpoints", "SageMaker Triton endpoints", endpoints=config.endpoints,
+        logs=platform.logs, **common,
+    )  # fmt: skip
     api = component(
         ApiStack, "api", "API Gateway, API-key authorizer, API and shadow functions",
         api=config.api,

@@ -53,7 +53,12 @@ class LogRetention:
     days: int
     retain: bool
 
-    def group(self, scope: Construct, id: str) -> logs.LogGroup:
+    def group(self, scope: Construct, id: str, *, name: str | None = None) -> logs.LogGroup:
+        """A log group; `name`: the one a service would otherwise create itself (and keep forever)."""
         return logs.LogGroup(
-            scope, id, retention=retention(self.days), removal_policy=removal_policy(self.retain)
+            scope,
+            id,
+            log_group_name=name,
+            retention=retention(self.days),
+            removal_policy=removal_policy(self.retain),
         )

@@ -38,6 +38,7 @@ from constructs import Construct
 from infra.config import AsyncInference, EndpointVariant, InferenceComponents
 from infra.constructs.endpoint_scaling import EndpointScaling
 from infra.constructs.grants import role_arn
+from infra.constructs.logs import LogRetention
 from infra.constructs.sagemaker_role import (
     AUTOSCALING_ROLE,
     allow_authorization_token,
@@ -63,8 +64,13 @@ class TritonEndpoint(Construct):
         model_bucket: s3.IBucket,
         asynchronous: AsyncInference | None = None,
         inference_components: InferenceComponents | None = None,
+        logs: LogRetention | None = None,
     ) -> None:
         super().__init__(scope, id)
+        if logs is not None:
+            # SageMaker would create the endpoint's log group itself as the endpoint starts, keeping
+            # its logs forever: made here first, it keeps them as long as every other group.
+            logs.group(self, "Logs", name=f"/aws/sagemaker/Endpoints/{endpoint_name}")
         self.endpoint_name = endpoint_name
         self.success_topic: sns.Topic | None = None
         self.error_topic: sns.Topic | None = None

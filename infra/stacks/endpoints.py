@@ -14,6 +14,7 @@ from constructs import Construct
 
 from infra.config import EndpointConfig
 from infra.constructs.imported import ImportedStorage
+from infra.constructs.logs import LogRetention
 from infra.constructs.triton_endpoint import TritonEndpoint
 from infra.nag import acknowledge
 from infra.naming import ResourceNames
@@ -27,6 +28,7 @@ class EndpointsStack(Stack):
         *,
         names: ResourceNames,
         endpoints: Sequence[EndpointConfig],
+        logs: LogRetention | None = None,
         **kwargs,
     ) -> None:
         super().__init__(scope, id, **kwargs)
@@ -42,6 +44,7 @@ class EndpointsStack(Stack):
                 model_bucket=artifacts,
                 asynchronous=endpoint.asynchronous,
                 inference_components=endpoint.inference_components,
+                logs=logs,
             )
             CfnOutput(
                 self,

@@ -361,3 +361,16 @@ def test_the_config_declares_the_scaling_the_cli_sends(
     assert tracking == sent
     (target,) = mine("AWS::ApplicationAutoScaling::ScalableTarget")
     assert target["ScalableDimension"] == scalable.dimension
+
+
+def test_each_endpoint_s_log_group_is_made_with_the_retention_of_every_other(full_app: Synthesized) -> None:
+    """SageMaker creates `/aws/sagemaker/Endpoints/<name>` as the endpoint starts, keeping its
+    logs forever; made by the stack first, it keeps them `log_retention_days`."""
+    template = full_app.template("endpoints")
+    endpoints = {e["Properties"]["EndpointName"] for e in template.find_resources("AWS::SageMaker::Endpoint").values()}
+    groups = {
+        g["Properties"]["LogGroupName"]: g["Properties"].get("RetentionInDays")
+        for g in template.find_resources("AWS::Logs::LogGroup").values()
+    }
+    assert endpoints and {f"/aws/sagemaker/Endpoints/{name}" for name in endpoints} <= set(groups)
+    assert {groups[f"/aws/sagemaker/Endpoints/{name}"] for name in endpoints} == {30}
