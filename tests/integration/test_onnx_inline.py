@@ -5,6 +5,7 @@ otherwise. Real sessions of a real model; which thread ran each call is what is 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -76,3 +77,54 @@ def test_a_call_on_no_rows_says_nothing_of_a_models_rate(container: Container, t
     assert _threads(runtime, total, 131_072, 2) == [True]
     asyncio.run(runtime.infer(total, {"x": np.ones((0, 2), np.float32)}))
     assert _threads(runtime, total, 131_072, 2) == [True, True]
+
+
+def test_a_small_input_of_a_model_whose_calls_are_slow_runs_on_a_thread(container: Container, total: ModelVersion) -> None:
+    """A model slow at any size (a fixed cost, or one its inputs' values set) never holds the
+    event loop, and so every other request of the worker, once a call of it was slow; it comes
+    back to the loop as its calls are quick again."""
+    settings = container.settings.onnx.model_copy(update={"inline_infer_elements": 4096, "inline_infer_us": 0})
+    runtime = OnnxRuntime(container.store, settings)
+    assert _threads(runtime, total, 16, 3) == [True] * 2  # quick: on the loop after the first
+    entry = runtime.cache.loaded(total.sha256)
+    assert entry is not None
+    entry.timed(9_000_000_000, 32)  # one call of 9 s
+    assert _threads(runtime, total, 16, 1) == [False]
+
+
+def test_calls_that_outlive_their_requests_hold_at_most_half_the_threads_for_their_tenant(container: Container, total: ModelVersion) -> None:
+    """ONNX Runtime cannot be stopped: a call whose request gave up runs on. While a tenant has
+    half the runtime's threads held so, its next call that needs a thread is refused at once
+    (503, Retry-After) instead of queuing behind them; as they end, its calls are taken again.
+    Another tenant's calls never wait on them."""
+    from sluice.domain.errors import Overloaded
+
+    runtime = OnnxRuntime(container.store, container.settings.onnx.model_copy(update={"inline_infer_elements": 0, "inline_infer_us": 0}))
+    release = threading.Event()
+    plain = runtime._run
+
+    def held(version: ModelVersion, *args: Any) -> Any:
+        if version.tenant == "acme":
+            release.wait(30)
+        return plain(version, *args)
+
+    runtime._run = held  # type: ignore[method-assign]
+    x = {"x": np.ones((4, 2), np.float32)}
+    other = dataclasses.replace(total, tenant="globex")  # the same artifact: its session is shared
+
+    async def main() -> None:
+        for _ in range(runtime.abandoned_limit):  # each request gives up after 10 ms
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(runtime.infer(total, x), 0.01)
+        with pytest.raises(Overloaded) as refused:
+            await runtime.infer(total, x)
+        assert refused.value.retry_after_s == 1 and refused.value.status == 503
+        assert (await runtime.infer(other, x)).outputs["total"].tolist() == [[4.0, 4.0]]  # another tenant's: answered
+        release.set()
+        for _ in range(200):
+            if not runtime._abandoned:
+                break
+            await asyncio.sleep(0.01)
+        assert (await runtime.infer(total, x)).outputs["total"].tolist() == [[4.0, 4.0]]
+
+    asyncio.run(main())

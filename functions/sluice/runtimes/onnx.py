@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -13,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.domain.errors import BackendError, InvalidInput, ModelFailed, PayloadTooLarge
+from sluice.domain.errors import (
+    BackendError,
+    InvalidInput,
+    ModelFailed,
+    Overloaded,
+    PayloadTooLarge,
+)
 from sluice.domain.results import InferenceResult
 from sluice.owner_only import no_external_data
 
@@ -27,6 +34,8 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger(__name__)
+
+INLINE_CALL_NS = 5_000_000  # a small input's call runs on the event loop where the model's calls take at most this (5 ms)
 
 
 def build_session(
@@ -57,13 +66,25 @@ class _Entry:
     classes: dict[str, list[int | str]] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # the session options it was built with
     ns_per_element: float | None = None  # what its calls have taken, per input element (a moving average)
+    # What a call has taken, whatever its size: up at once with a slow call, down slowly (None:
+    # no call yet). A model slow at any size (its cost fixed, or set by its inputs' values) never
+    # runs on the event loop, where it would hold every other request of the worker.
+    ns_per_call: float | None = None
 
     def timed(self, ns: int, elements: int) -> None:
+        known_call = self.ns_per_call
+        self.ns_per_call = ns if known_call is None or ns > known_call else known_call + (ns - known_call) * 0.25
         if not elements:  # an empty input's call is the session's fixed cost: no rate per element
             return
         rate = ns / elements
         known = self.ns_per_element
         self.ns_per_element = rate if known is None else known + (rate - known) * 0.25
+
+    def small_and_quick(self, elements: int, most_elements: int, most_ns: float) -> bool:
+        """Whether a small input's call may run on the event loop: its calls so far took at
+        most `most_ns` (unknown before the first, which runs on a thread)."""
+        known = self.ns_per_call
+        return elements <= most_elements and known is not None and known <= most_ns
 
     def quick(self, elements: int, budget_us: float) -> bool:
         """Whether a call on `elements` input values should take at most `budget_us`, as its
@@ -190,6 +211,13 @@ class OnnxRuntime:
         self.store = store
         self.settings = settings
         self.cache = SessionCache(settings.model_cache_bytes)
+        # The calls that run on threads (asyncio's own default: min(32, CPUs + 4)), and how many
+        # of them a tenant's abandoned calls may hold: half.
+        self.threads = min(32, (os.cpu_count() or 1) + 4)
+        self.abandoned_limit = max(1, self.threads // 2)
+        self._abandoned: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._pool: Any = None
 
     def session_options(self, version: ModelVersion) -> dict[str, Any]:
         """The options a version loads with: those tuned for it at this machine's size, or the
@@ -254,9 +282,54 @@ class OnnxRuntime:
         # else goes to a thread, where ONNX Runtime computes without the GIL.
         elements = sum(a.size for a in inputs.values())
         entry = self.cache.loaded(version.sha256)
-        if entry is not None and (elements <= self.settings.inline_infer_elements or entry.quick(elements, self.settings.inline_infer_us)):
+        if entry is not None and (
+            entry.small_and_quick(elements, self.settings.inline_infer_elements, INLINE_CALL_NS) or entry.quick(elements, self.settings.inline_infer_us)
+        ):  # fmt: skip
             return self._run(version, inputs, outputs, elements)
-        return await asyncio.to_thread(self._run, version, inputs, outputs, elements)
+        return await self._in_thread(version, inputs, outputs, elements)
+
+    async def _in_thread(self, version: ModelVersion, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None, elements: int) -> InferenceResult:
+        """The call on one of the runtime's own threads (reads of the registry, on the loop's
+        default threads, never wait behind models). A call whose request gave up (its budget
+        spent) runs on to its end, as ONNX Runtime cannot be stopped: while a tenant has
+        `abandoned_limit` such calls still running, its next call that needs a thread is
+        refused (503, `Retry-After`) rather than queued behind them, so that a tenant's slow
+        model holds at most that many of the threads every tenant's calls share."""
+        import contextvars
+
+        tenant = version.tenant
+        held = self._abandoned.get(tenant, 0)
+        if held >= self.abandoned_limit:
+            raise Overloaded(
+                f"{held} calls of this tenant's models that ran past their requests' budget are still running here: try again later",
+                retry_after_s=1,
+            )
+        future = self._threads().submit(contextvars.copy_context().run, self._run, version, inputs, outputs, elements)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            if not future.done():
+                with self._lock:
+                    self._abandoned[tenant] = self._abandoned.get(tenant, 0) + 1
+                future.add_done_callback(lambda _: self._ended(tenant))
+            raise
+
+    def _ended(self, tenant: str) -> None:
+        with self._lock:
+            left = self._abandoned.get(tenant, 0) - 1
+            if left > 0:
+                self._abandoned[tenant] = left
+            else:
+                self._abandoned.pop(tenant, None)
+
+    def _threads(self) -> Any:
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="sluice-onnx")
+        return self._pool
 
     async def unload(self, version: ModelVersion) -> None:
         self.cache.discard(version.sha256)

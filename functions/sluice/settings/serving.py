@@ -137,7 +137,9 @@ class OnnxSettings(Group):
     inline_infer_elements: int = Field(
         default=4096,
         ge=0,
-        description="Inputs up to this many elements run on the event loop; larger ones on a thread, unless quick (SLUICE_INLINE_INFER_US).",
+        description="Inputs up to this many elements run on the event loop where the model's calls so far took at most 5 ms "
+        "(the first call of a model loaded, and every call of a slow one, run on a thread: the loop serves every other "
+        "request of the worker); larger ones on a thread, unless quick (SLUICE_INLINE_INFER_US).",
     )
     inline_infer_us: float = Field(
         default=200.0,
