@@ -355,3 +355,21 @@ def test_true_false_classes_are_refused_rather_than_served_as_0_and_1(iris: tupl
         convert_loaded(estimator(LogisticRegression(max_iter=500).fit(x, y == 2), "flag"))
     assert refused.value.field == "file"
     convert_loaded(estimator(LogisticRegression(max_iter=500).fit(x, (y == 2).astype(int)), "flag"))  # 0/1 as integers: taken
+
+
+def test_a_feature_count_or_sample_that_cannot_be_is_a_message_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, iris: tuple[np.ndarray, np.ndarray]
+) -> None:
+    import joblib
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = iris
+    joblib.dump(LogisticRegression(max_iter=500).fit(x, y), tmp_path / "m.joblib")
+    model = str(tmp_path / "m.joblib")
+    for flags, words in ((["--n-features", "7"], "[n_features]: n_features is 7: the model takes 4"), (["--sample", str(tmp_path / "nope.csv")], "[sample]: no such file")):
+        code, _, err = run_cli(capsys, "models", "push", "m", model, *flags)
+        assert code == 2 and words in err and "Traceback" not in err, err
+    for bad in ("0", "-3"):
+        with pytest.raises(SystemExit) as refused:
+            run_cli(capsys, "models", "push", "m", model, "--n-features", bad)
+        assert refused.value.code == 2

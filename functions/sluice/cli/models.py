@@ -11,6 +11,7 @@ from sluice.cli.common import (
     load_json_arg,
     number_between,
     operator,
+    positive,
     print_json,
     table,
 )
@@ -126,7 +127,7 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     push.add_argument("--format", choices=["auto", *FORMATS], default="auto", help="what FILE holds (default: from its name)")
     push.add_argument("--sample", help="rows to check the conversion on (.parquet, .csv, .jsonl; default: generated rows)")
     push.add_argument("--tolerance", type=number_between(0, refusal="a tolerance is 0 or more"), help="largest difference allowed, times max(1, |value|) (default 1e-4)")
-    push.add_argument("--n-features", type=int, help="features per row, when the model file does not say (TorchScript)")
+    push.add_argument("--n-features", type=positive, help="features per row, when the model file does not say (TorchScript)")
     push.add_argument("--feature-names", help="comma-separated names of the input's columns")
     push.add_argument("--description", default="")
     push.add_argument("--runtime", default="onnx", choices=["onnx", "sagemaker"], help="where the version runs")

@@ -66,6 +66,8 @@ def convert(
         raise BadRequest("an ONNX file is pushed as it is", field="format")
     if not path.is_file():
         raise BadRequest(f"no such file: {path}", field="file")
+    if sample is not None and not sample.is_file():
+        raise BadRequest(f"no such file: {sample}", field="sample")
     loaded = load(path, kind)
     return convert_loaded(loaded, sample=sample, tolerance=tolerance, n_features=n_features, feature_names=feature_names)
 
@@ -84,6 +86,9 @@ def convert_loaded(
     if sample is not None and names is None:
         columns = file_columns(sample)
         names = None if columns == [INPUT] else columns
+    if n_features is not None and (n_features < 1 or (loaded.n_features is not None and n_features != loaded.n_features)):
+        said = f"the model takes {loaded.n_features}" if loaded.n_features is not None else "a model takes at least 1"
+        raise BadRequest(f"n_features is {n_features}: {said} features a row", field="n_features")
     width = n_features or loaded.n_features or (len(names) if names else None)
     if width is None:
         raise BadRequest("cannot tell how many features the model takes: give --sample or --n-features", field="n_features")
