@@ -42,6 +42,7 @@ class StreamSource(Section):
             raise ValueError("an msk source needs the cluster's arn")
         if self.kind == "kafka" and (not self.bootstrap_servers or not self.secret_arn):
             raise ValueError("a kafka source needs bootstrap_servers and secret_arn")
+        _arn_of(self.kind, self.arn, "source")
         return self
 
     @property
@@ -74,7 +75,25 @@ class StreamDestination(Section):
             raise ValueError(f"a {self.kind} destination needs exactly one of arn or create: true")
         if self.create and self.kind not in ("sqs", "kinesis"):
             raise ValueError("create: true makes an SQS queue or a Kinesis stream only")
+        _arn_of(self.kind, self.arn, "destination")
         return self
+
+
+# What each kind's ARN names: another kind's (a Kinesis stream's for an sqs source) synthesized,
+# then failed in CloudFormation with a message about another property.
+ARNS = {
+    "sqs": r"arn:aws[a-z-]*:sqs:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,80}(\.fifo)?",
+    "kinesis": r"arn:aws[a-z-]*:kinesis:[a-z0-9-]+:\d{12}:stream/[A-Za-z0-9_.-]{1,128}",
+    "msk": r"arn:aws[a-z-]*:kafka:[a-z0-9-]+:\d{12}:cluster/.+",
+    "firehose": r"arn:aws[a-z-]*:firehose:[a-z0-9-]+:\d{12}:deliverystream/[A-Za-z0-9_.-]{1,64}",
+}
+
+
+def _arn_of(kind: str, arn: str | None, where: str) -> None:
+    import re
+
+    if arn is not None and kind in ARNS and not re.fullmatch(ARNS[kind], arn):
+        raise ValueError(f"{where}.arn {arn!r} is not the ARN of a {kind} {'cluster' if kind == 'msk' else 'queue' if kind == 'sqs' else 'stream'}")
 
 
 def _check_outbox_prefix(prefix: str, tenant: str) -> None:

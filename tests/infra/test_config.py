@@ -72,6 +72,9 @@ def _stream(name: str, source: dict, **fields: object) -> dict:
         ([_stream("a", {"kind": "sqs", "arn": QUEUE}), _stream("b", {"kind": "sqs", "arn": QUEUE}, deployment="other")], "read the same queue"),
         ([_stream("a", {"kind": "sqs", "create": True}, retry_attempts=5000)], r"at most 999"),
         ([_stream("a", {"kind": "sqs", "create": True}, deployment="Fraud")], "deployment"),
+        ([_stream("a", {"kind": "sqs", "arn": STREAM})], "is not the ARN of a sqs queue"),
+        ([_stream("a", {"kind": "kinesis", "arn": QUEUE})], "is not the ARN of a kinesis stream"),
+        ([_stream("a", {"kind": "sqs", "create": True}, destination={"kind": "sqs", "arn": "garbage"})], "destination.arn 'garbage'"),
     ],
 )
 def test_stream_mistakes_are_refused_before_they_synthesize(streams: list, message: str) -> None:
