@@ -128,3 +128,41 @@ def test_calls_that_outlive_their_requests_hold_at_most_half_the_threads_for_the
         assert (await runtime.infer(total, x)).outputs["total"].tolist() == [[4.0, 4.0]]
 
     asyncio.run(main())
+
+
+def test_batched_calls_that_outlive_every_request_in_them_count_as_abandoned(container: Container, total: ModelVersion) -> None:
+    """With adaptive batching a call runs in a task of the batcher's: once every request in it
+    has given up, it is cancelled as a request's own would be, so what the runtime cannot stop
+    is counted, the tenant refused past its share, and another tenant answered at once."""
+    from sluice.domain import BatchingSettings
+    from sluice.domain.errors import Overloaded
+    from sluice.inference.batching import Batcher
+
+    runtime = OnnxRuntime(container.store, container.settings.onnx.model_copy(update={"inline_infer_elements": 0, "inline_infer_us": 0}))
+    runtime.threads, runtime.abandoned_limit = 4, 2
+    release = threading.Event()
+    plain = runtime._run
+
+    def held(version: ModelVersion, *args: Any) -> Any:
+        if version.tenant == "acme":
+            release.wait(20)
+        return plain(version, *args)
+
+    runtime._run = held  # type: ignore[method-assign]
+    batcher = Batcher()
+    batching = BatchingSettings(max_batch_size=8, max_delay_us=2000, preferred_batch_sizes=(), instances=16)
+    x = {"x": np.ones((1, 2), np.float32)}
+
+    async def main() -> None:
+        for _ in range(runtime.abandoned_limit):  # each request gives up after 50 ms, its batch with it
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(batcher.infer(runtime, total, x, None, batching), 0.05)
+        await asyncio.sleep(0.01)
+        assert sum(runtime._abandoned.values()) == runtime.abandoned_limit
+        with pytest.raises(Overloaded):
+            await asyncio.wait_for(batcher.infer(runtime, total, x, None, batching), 1.0)
+        other = dataclasses.replace(total, tenant="globex")
+        assert (await asyncio.wait_for(runtime.infer(other, x), 2.0)).outputs["total"].tolist() == [[1.0, 1.0]]
+        release.set()
+
+    asyncio.run(main())

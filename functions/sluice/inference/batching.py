@@ -254,7 +254,7 @@ class Batcher:
             return
         try:
             joined = {name: np.concatenate([m.inputs[name] for m in members]) for name in members[0].inputs}
-            result = await _infer(queue, joined, queue.outputs, in_place=all(m.in_place for m in members))
+            result = await _infer(queue, joined, queue.outputs, in_place=all(m.in_place for m in members), members=members)
         except SluiceError as error:
             if error.status < 500:  # the joined input refused: find whose it was
                 await asyncio.gather(*(self._alone(queue, m) for m in members))
@@ -282,7 +282,7 @@ class Batcher:
 
     async def _alone(self, queue: _Queue, member: _Member) -> None:
         try:
-            result = await _infer(queue, member.inputs, member.outputs, in_place=member.in_place)
+            result = await _infer(queue, member.inputs, member.outputs, in_place=member.in_place, members=(member,))
         except Exception as error:
             if not member.answer.done():
                 member.answer.set_exception(error)
@@ -291,12 +291,30 @@ class Batcher:
             member.answer.set_result(result)
 
 
-async def _infer(queue: _Queue, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None, *, in_place: bool) -> InferenceResult:
+async def _infer(
+    queue: _Queue, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None, *, in_place: bool, members: Sequence[_Member]
+) -> InferenceResult:  # fmt: skip
     """The runtime's call for these members, as their callers asked: a call runs in the task of
     whichever request started it, so whether its answer may be queued is the members' own
-    (in place only where every member's caller reads answers in place)."""
-    with answering_in_place(in_place):
-        return await queue.runtime.infer(queue.version, inputs, outputs)
+    (in place only where every member's caller reads answers in place). Once every member has
+    given up (each request's budget spent), the call is cancelled as a request's own would be:
+    the runtime then counts what it cannot stop as abandoned (`OnnxRuntime._in_thread`)."""
+    task = asyncio.current_task()  # a request's own (its cancellation reaches the call) or the batcher's
+    in_flight = True
+
+    def gave_up(_: object) -> None:
+        if in_flight and task is not None and all(m.answer.done() for m in members):
+            task.cancel()
+
+    for member in members:
+        member.answer.add_done_callback(gave_up)
+    try:
+        with answering_in_place(in_place):
+            return await queue.runtime.infer(queue.version, inputs, outputs)
+    finally:
+        in_flight = False  # a callback already scheduled finds the call over
+        for member in members:
+            member.answer.remove_done_callback(gave_up)
 
 
 def _first_arrival(queue: _Queue) -> int:
