@@ -373,3 +373,25 @@ def test_a_feature_count_or_sample_that_cannot_be_is_a_message_naming_it(
         with pytest.raises(SystemExit) as refused:
             run_cli(capsys, "models", "push", "m", model, "--n-features", bad)
         assert refused.value.code == 2
+
+
+@pytest.mark.parametrize("which", ["SVC", "Perceptron", "SGDClassifier", "LinearSVC"])
+def test_decision_scores_are_a_plain_value_whatever_the_converter_wraps_them_in(which: str, iris: tuple[np.ndarray, np.ndarray]) -> None:
+    """skl2onnx gives some of these a ZipMap of their scores (a map a row, read as
+    probabilities whatever its name): the scores come out a float tensor, `scores`."""
+    import onnxruntime as ort
+    from sklearn.linear_model import Perceptron, SGDClassifier
+    from sklearn.svm import SVC, LinearSVC
+
+    from sluice.convert.check import convert_loaded
+    from sluice.convert.frameworks import estimator
+    from sluice.runtimes.onnx_signature import signature_from_session
+
+    x, y = iris
+    model = {"SVC": SVC(), "Perceptron": Perceptron(), "SGDClassifier": SGDClassifier(loss="hinge"), "LinearSVC": LinearSVC()}[which].fit(x, y)
+    converted = convert_loaded(estimator(model, which))
+    signature = signature_from_session(ort.InferenceSession(converted.onnx))
+    roles = {o.name: o.role for o in signature.outputs}
+    assert "probabilities" not in roles.values() and "scores" in roles, roles
+    (scores,) = [o for o in signature.outputs if o.name == "scores"]
+    assert scores.datatype == "FP32" and scores.shape[0] == -1 and len(scores.shape) == 2

@@ -187,15 +187,34 @@ SCORES = "scores"
 
 def scores_not_probabilities(data: bytes) -> bytes:
     """A classifier the original gives no probabilities for (a linear SVM, a ridge classifier,
-    XGBoost's `multi:softmax`) still has a second output, its decision scores or margins, which
-    the converters name `probabilities`: that name would have it served as probabilities (keyed
-    by index, a score as the confidence). It is named `scores`, a plain value."""
+    a perceptron, XGBoost's `multi:softmax`) still has a second output, its decision scores or
+    margins, which the converters name `probabilities` (a ZipMap of them, for some): that
+    would have it served as probabilities (a score as the confidence). It is a float tensor
+    named `scores`, a plain value."""
     import onnx
 
     model = onnx.load_from_string(data)
-    renamed = {o.name: SCORES if i == 0 else f"{SCORES}_{i}" for i, o in enumerate(o for o in model.graph.output if "prob" in o.name.lower())}
-    if not renamed:
+    scored = [o.name for o in model.graph.output if "prob" in o.name.lower()]
+    if not scored:
         return data
+    renamed = {old: SCORES if i == 0 else f"{SCORES}_{i}" for i, old in enumerate(scored)}
+    zipmaps = {node.output[0]: node for node in model.graph.node if node.op_type == "ZipMap"}
+    for old in scored:
+        node = zipmaps.get(old)
+        if node is None:
+            continue
+        # The map a row is made of a float tensor: that tensor is the output, the ZipMap gone.
+        source = node.input[0]
+        model.graph.node.remove(node)
+        for other in model.graph.node:
+            for i, name in enumerate(other.output):
+                if name == source:
+                    other.output[i] = old
+            for i, name in enumerate(other.input):
+                if name == source:
+                    other.input[i] = old
+        output = next(o for o in model.graph.output if o.name == old)
+        output.type.CopyFrom(onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, ["N", "classes"]))
     for output in model.graph.output:
         output.name = renamed.get(output.name, output.name)
     for node in model.graph.node:
