@@ -215,5 +215,30 @@ def test_members_that_cannot_be_combined_at_run_time_are_the_members_fault_never
 def test_check_fits_refuses_labels_of_two_kinds_and_value_outputs_of_two_counts() -> None:
     ints = Signature(INPUTS, (TensorSpec("label", "INT64", (-1,), role="label"), TensorSpec("probs", "FP32", (-1, -1), role="probabilities")))
     assert "numbers on some and text on others" in (check_fits("soft_vote", [CLF, ints]) or "")
-    assert "different shapes (or counts)" in (check_fits("mean", [REG, REG2]) or "")
     assert check_fits("mean", [REG2, REG2]) is None
+    assert check_fits("mean", [REG, REG2]) is None and check_fits("mean", [REG2, REG]) is None  # the one they share is combined
+    wide = Signature(INPUTS, (TensorSpec("y", "FP32", (-1, 3), role="value"), TensorSpec("z", "FP32", (-1, 1), role="value")))
+    assert "different shapes" in (check_fits("mean", [REG2, wide]) or "")
+
+
+def test_value_outputs_named_alike_are_paired_by_name_and_a_members_extra_ones_are_its_own() -> None:
+    """(price, volume) and (volume, price) combine price with price; a member with an output the
+    others have not (a policy saved when only the first value was combined) keeps answering."""
+    pv = Signature(INPUTS, (TensorSpec("price", "FP32", (-1, 1), role="value"), TensorSpec("volume", "FP32", (-1, 1), role="value")))
+    vp = Signature(INPUTS, (TensorSpec("volume", "FP32", (-1, 1), role="value"), TensorSpec("price", "FP32", (-1, 1), role="value")))
+    a = Answer("a", 1.0, pv, InferenceResult({"price": np.float32([[10.0]]), "volume": np.float32([[1000.0]])}))
+    b = Answer("b", 1.0, vp, InferenceResult({"volume": np.float32([[3000.0]]), "price": np.float32([[30.0]])}))
+    out = aggregate("mean", [a, b]).outputs
+    assert (out["price"][0, 0], out["volume"][0, 0]) == (20.0, 2000.0)
+    spread = Answer("s", 1.0, REG2, InferenceResult({"y": np.float32([[4.0]]), "z": np.float32([[9.0]])}))
+    assert {k: v[0, 0] for k, v in aggregate("mean", [spread, reg("r", [2.0])]).outputs.items()} == {"y": 3.0}
+    assert {k: v[0, 0] for k, v in aggregate("mean", [reg("r", [2.0]), spread]).outputs.items()} == {"y": 3.0}
+
+
+def test_an_output_asked_for_that_no_combined_answer_holds_is_refused_naming_it() -> None:
+    from sluice.domain.errors import BadRequest
+
+    spread = Answer("s", 1.0, REG2, InferenceResult({"y": np.float32([[4.0]]), "z": np.float32([[9.0]])}))
+    with pytest.raises(BadRequest) as refused:
+        aggregate("mean", [spread, reg("r", [2.0])], outputs=["z"])
+    assert refused.value.field == "outputs.z" and refused.value.status == 400

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.domain.errors import BackendError
+from sluice.domain.errors import BackendError, BadRequest
 from sluice.domain.results import InferenceResult
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from sluice.domain.signature import Signature
+    from sluice.domain.signature import Signature, TensorSpec
 
 CLASSIFIER_ONLY = frozenset({"majority", "soft_vote"})
 
@@ -55,14 +55,25 @@ def _labels(answer: Answer) -> np.ndarray | None:
     return np.asarray(answer.result.outputs[spec.name]).reshape(-1)
 
 
-def _values(answer: Answer, count: int) -> list[np.ndarray]:
-    """The member's `count` value outputs, in its signature's order (members may name them
-    differently: the k-th of each is combined with the k-th of the others)."""
-    specs = [s for s in answer.signature.outputs if s.role == "value"]
-    if len(specs) < count or any(s.name not in answer.result.outputs for s in specs[:count]):
-        raise BackendError(f"member '{answer.name}' gave {len(specs)} value output(s) to aggregate; {count} needed", member=answer.name)
+def paired_values(signatures: Sequence[Signature]) -> list[list[TensorSpec]]:
+    """Each member's value outputs in the order they are combined: by name where every member
+    names the same ones, else by their place; as many as every member has (a member's extra
+    outputs are its own, as a policy saved before every value was combined had them)."""
+    specs = [[s for s in signature.outputs if s.role == "value"] for signature in signatures]
+    names = {frozenset(s.name for s in member) for member in specs}
+    if len(names) == 1 and all(len({s.name for s in member}) == len(member) for member in specs):
+        order = [s.name for s in specs[0]]
+        specs = [[next(s for s in member if s.name == name) for name in order] for member in specs]
+    count = min(len(member) for member in specs)
+    return [member[:count] for member in specs]
+
+
+def _values(answer: Answer, specs: Sequence[TensorSpec]) -> list[np.ndarray]:
+    """The member's value outputs `specs` (`paired_values`), as numbers."""
+    if not specs or any(s.name not in answer.result.outputs for s in specs):
+        raise BackendError(f"member '{answer.name}' gave no value output to aggregate", member=answer.name)
     out = []
-    for spec in specs[:count]:
+    for spec in specs:
         try:
             out.append(np.asarray(answer.result.outputs[spec.name], dtype=np.float64))
         except (TypeError, ValueError):
@@ -101,6 +112,11 @@ def aggregate(how: str, answers: Sequence[Answer], *, outputs: Sequence[str] | N
     combined = _aggregate(how, answers)
     if not outputs:
         return combined
+    missing = [name for name in outputs if name not in combined.outputs]
+    if missing:  # an output of one member's alone: no combined answer holds it
+        raise BadRequest(
+            f"output '{missing[0]}' is not one the ensemble combines: it answers {sorted(combined.outputs)}", field=f"outputs.{missing[0]}"
+        )
     return InferenceResult(
         {name: array for name, array in combined.outputs.items() if name in outputs},
         {name: classes for name, classes in combined.classes.items() if name in outputs},
@@ -118,10 +134,10 @@ def _aggregate(how: str, answers: Sequence[Answer]) -> InferenceResult:
     label_spec = first.signature.output_with_role("label")
     prob_spec = first.signature.output_with_role("probabilities")
     if label_spec is None and prob_spec is None:
-        specs = [s for s in first.signature.outputs if s.role == "value"]
-        per_member = [_values(a, len(specs)) for a in answers]
+        paired = paired_values([a.signature for a in answers])
+        per_member = [_values(a, specs) for a, specs in zip(answers, paired, strict=True)]
         out = {}
-        for k, spec in enumerate(specs):  # each value output of the ensemble, from each member's k-th
+        for k, spec in enumerate(paired[0]):  # each value output of the ensemble, from each member's paired one
             combined = _combine(_stacked([values[k] for values in per_member], answers, f"'{spec.name}'"), weights, how)
             dtype = first.result.outputs[spec.name].dtype
             # A mean or a median of whole numbers is a fraction: kept as a float, never cut
@@ -233,7 +249,7 @@ def check_fits(how: str, signatures: Sequence[Signature]) -> str | None:
     if kinds == {"classifier"} and how != "majority" and any(s.output_with_role("probabilities") is None for s in signatures):
         return f"'{how}' over classifiers needs a probability output on every member"
     if kinds == {"regressor"}:
-        shapes = {tuple(tuple(o.shape) for o in s.outputs if o.role == "value") for s in signatures}
+        shapes = {tuple(tuple(o.shape) for o in specs) for specs in paired_values(signatures)}
         if len(shapes) > 1:
             return "members' value outputs have different shapes (or counts)"
     if kinds == {"classifier"}:
