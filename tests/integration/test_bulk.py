@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sluice.domain.errors import InvalidInput, NotFound, Unavailable
+from sluice.domain.requests import ArrayInputs, PredictionRequest
 from sluice.inference.bulk import Error, Records, Result, score_many
 from sluice.inference.loop import run
 from sluice.inference.selections import positions_of
@@ -384,3 +385,36 @@ def test_records_whose_switch_cases_answer_other_classes_are_called_again_in_run
     assert labels == [["A"], ["A"], ["virginica"], ["virginica"], None, ["virginica"], ["A"]]
     refused = outcomes[4]
     assert isinstance(refused, Error) and isinstance(refused.error, CasesApart) and not refused.retry
+
+
+def _nested(policy_of: str) -> dict[str, Any]:
+    inner_names = ("a", "b") if policy_of == "same names" else ("x", "y")
+    inner = split_policy({inner_names[0]: (20, single("iris", 1)), inner_names[1]: (80, single("iris", 2))}, routing_key="user")
+    return split_policy({"a": (50, inner), "b": (50, single("iris", 1))}, routing_key="user")
+
+
+@pytest.mark.parametrize("shape", ["same names", "other names", "through a reference"])
+def test_a_record_goes_the_way_it_would_go_alone_through_nested_sticky_splits_and_references(
+    demo: Container, acme: Principal, shape: str
+) -> None:
+    """Every record of a bulk call (a batch chunk, a stream's micro-batch) is answered by the
+    variant its key reaches as a request of its own: a split nested below another draws by its
+    own place, and a referenced deployment's top split as asked directly."""
+    from tests.conftest import MODELS
+
+    demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())
+    if shape == "through a reference":
+        demo.deployments.create(acme, "fraud", split_policy({"stable": (50, single("iris", 1)), "candidate": (50, single("iris", 2))}, routing_key="user"))
+        demo.deployments.create(acme, "nest", {"kind": "ref", "deployment": "fraud"})
+    else:
+        demo.deployments.create(acme, "nest", _nested(shape))
+    users = [f"user-{n}" for n in range(120)]
+    row = [5.1, 3.5, 1.4, 0.2]
+    alone = {u: run(demo.predictions.predict(acme, PredictionRequest("nest", ArrayInputs({"input": np.asarray([row], np.float32)}), routing_key=u))).answer.variant for u in users}  # fmt: skip
+    if shape == "through a reference":
+        direct = {u: run(demo.predictions.predict(acme, PredictionRequest("fraud", ArrayInputs({"input": np.asarray([row], np.float32)}), routing_key=u))).answer.variant for u in users}  # fmt: skip
+        assert alone == direct  # a referenced deployment's top split draws as asked directly
+    records = Records({"input": np.asarray([row] * len(users), dtype=np.float32)}, keys=users)
+    done = run(score_many(demo.predictions, acme, "nest", records, max_rows=4096))
+    assert not done.errors
+    assert {u: outcome.answer.variant for u, outcome in zip(users, done.by_record(), strict=True)} == alone  # type: ignore[union-attr]

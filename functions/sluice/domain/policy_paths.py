@@ -56,3 +56,12 @@ def legacy_bandit_subject(node: Node, name: str) -> str | None:
         return None
     path, split = bandits[0]
     return subject_at(path, name) if path and any(v.name == name for v in split.variants) else None
+
+
+def within_deployment(path: str) -> str:
+    """`path` from the deployment whose policy the walk is in: past the last reference followed
+    (`m1/@fraud/a` -> `a`), so a referenced deployment's nodes are where they are in it, as
+    asked directly."""
+    segments = path.split("/") if path else []
+    last = max((i for i, segment in enumerate(segments) if segment.startswith("@")), default=-1)
+    return "/".join(segments[last + 1 :])

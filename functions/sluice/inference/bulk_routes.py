@@ -28,12 +28,16 @@ def sticky_field(node: Node) -> str | None:
 
 
 def _sticky_split(node: Node) -> Split | bool | None:
-    """The top split when it routes by key (records are grouped by the variant each would get
-    alone); False when a split further down does, or a switch's condition reads the key
-    (records are grouped by the key itself); None when nothing routes by key."""
-    if node.kind == "split" and node.routing_key and node.bandit is None:  # type: ignore[union-attr]
+    """The top split when it alone routes by key (records are grouped by the variant each would
+    get alone); False when a split further down does too (it draws by its own place:
+    `sticky_pick`), a reference may lead to one, or a switch's condition reads the key (records
+    are grouped by the key itself, each group walked as a request with it is); None when
+    nothing routes by key."""
+    nodes = walk(node)
+    keyed_below = any(n is not node and n.kind == "split" and n.routing_key for n in nodes) or any(n.kind == "ref" for n in nodes)  # type: ignore[union-attr]
+    if node.kind == "split" and node.routing_key and node.bandit is None and not keyed_below and not reads_routing_key(node):  # type: ignore[union-attr]
         return node  # type: ignore[return-value]
-    if any(n.kind == "split" and n.routing_key for n in walk(node)) or reads_routing_key(node):  # type: ignore[union-attr]
+    if keyed_below or (node.kind == "split" and node.routing_key) or reads_routing_key(node):  # type: ignore[union-attr]
         return False
     return None
 

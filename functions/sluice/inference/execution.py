@@ -16,7 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
-from sluice.domain.policy_paths import subject_at
+from sluice.domain.policy_paths import subject_at, within_deployment
 from sluice.domain.results import Answer
 from sluice.inference.graphs import run_switch
 from sluice.inference.outcomes import refused_input
@@ -225,7 +225,7 @@ class PolicyRunner:
                     call.chosen.append(call.subject(chosen.name))
             else:
                 key = call.routing(node.routing_key) if node.routing_key else None
-                chosen = sticky_pick(node.variants, key, salt=call.path) if key else weighted_pick(node.variants)
+                chosen = sticky_pick(node.variants, key, salt=within_deployment(call.path)) if key else weighted_pick(node.variants)
         path = call.subject(chosen.name)
         answer = await self.run_counted(chosen.target, call.under(path), arrays, depth + 1, f"variant:{path}", invalid=True)
         answer.variant = chosen.name if answer.variant is None else f"{chosen.name}/{answer.variant}"
