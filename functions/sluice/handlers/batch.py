@@ -36,6 +36,7 @@ from aws_lambda_powertools.utilities.data_classes import S3Event
 from pydantic import BaseModel, ConfigDict, Field
 
 from sluice.batch.plan import Chunk, JobSpec
+from sluice.domain.errors import SluiceError
 from sluice.observability import get_logger, get_metrics
 
 if TYPE_CHECKING:
@@ -132,15 +133,35 @@ def score(event: dict[str, Any], context: Any) -> dict[str, Any]:
     task = ChunkEvent.model_validate(event)
     spec, chunk = JobSpec.from_dict(task.job), Chunk.from_dict(task.chunk)
     logger.append_keys(job=spec.job_id, tenant=spec.tenant, chunk=chunk.index)
-    done = container().batch_runner.score(spec, chunk)
+    try:
+        done = container().batch_runner.score(spec, chunk)
+    except SluiceError as exc:
+        raise transient_by_name(exc) from exc
     logger.info("chunk scored", extra=done)
-    if "rows_in" in done:  # not skipped
+    if "rows_in" in done and done.get("recorded", True):  # not skipped, nor a try again of a chunk already counted
         from aws_lambda_powertools.metrics import MetricUnit
 
+        metrics.add_dimension(name="tenant", value=spec.tenant)  # two tenants' deployments of one name are two series
         metrics.add_dimension(name="deployment", value=spec.deployment)
         metrics.add_metric(name="BatchRows", unit=MetricUnit.Count, value=done["rows_in"])
         metrics.add_metric(name="BatchRowsFailed", unit=MetricUnit.Count, value=done["rows_failed"])
     return done
+
+
+def transient_by_name(exc: SluiceError) -> SluiceError:
+    """A failure the local orchestrator tries again (status 500 and up), raised under the name
+    Step Functions' retry matches (`TRANSIENT_ERRORS`, by class name, subclasses not
+    included): a throttled endpoint (`Throttled`), one scaling from zero (`NoCapacity`), a
+    runtime refusing for now (`Overloaded`) were the chunk's and the job's end on AWS."""
+    from sluice.batch.orchestrators import TRANSIENT_ERRORS
+    from sluice.domain.errors import BackendError, DeadlineExceeded
+
+    if exc.status < 500 or type(exc).__name__ in TRANSIENT_ERRORS:
+        return exc
+    named = next((c for c in type(exc).__mro__ if c.__name__ in TRANSIENT_ERRORS), None)
+    if named is None:
+        named = DeadlineExceeded if exc.status == 504 else BackendError
+    return named(exc.message, field=exc.field)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -172,3 +172,19 @@ def test_an_execution_without_a_job_of_its_own_changes_nothing(wired: Container)
     unseen = event("batch_execution_aborted")
     unseen["detail"].update(input=None, inputDetails={"included": False})  # too large to include
     assert handlers.execution_ended(unseen, LambdaContext()) == {}
+
+
+def test_a_failure_tried_again_locally_is_raised_under_a_name_step_functions_retries() -> None:
+    """Step Functions' retry matches the error's class name, not its bases: a throttled
+    endpoint, one scaling from zero and a runtime refusing for now were each the job's end."""
+    from infra.constructs.batch_workflow import SCORE_TRANSIENT_ERRORS
+
+    from sluice.batch.orchestrators import _retried
+    from sluice.domain.errors import BadRequest, Overloaded, SluiceError
+    from sluice.runtimes.sagemaker_errors import NoCapacity, Throttled
+
+    for error in (Throttled("throttled"), NoCapacity("scaling from zero"), Overloaded("busy", retry_after_s=1), SluiceError("x")):
+        raised = handlers.transient_by_name(error)
+        assert _retried(error) and type(raised).__name__ in SCORE_TRANSIENT_ERRORS and raised.message == error.message, (error, raised)
+    refused = BadRequest("no", field="input_uri")
+    assert handlers.transient_by_name(refused) is refused and not _retried(refused)

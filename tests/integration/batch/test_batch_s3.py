@@ -294,3 +294,27 @@ def test_an_upload_whose_name_could_be_read_as_another_object_gets_a_failed_job_
     (failed,) = [j for j in container.batch.list(acme) if j.id == job["job_id"]]
     assert failed.input_uri == f"s3://{BUCKET}/inbox/acme/iris/{name}"
     assert name in (failed.error or "") and "rename it" in (failed.error or "")
+
+
+def test_a_chunk_scored_again_counts_its_rows_once_in_the_tenants_own_series(
+    s3_batch: tuple[Container, Any], acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Step Functions repeats a Score whose answer was lost: it records nothing new, and its
+    rows are not counted again; the metrics name the tenant, as two tenants' `iris` are two."""
+    from sluice.handlers import batch as handlers
+    from tests.support import LambdaContext
+
+    monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+    container, s3 = s3_batch
+    monkeypatch.setattr(handlers, "_container", container)
+    monkeypatch.setattr(container.batch.orchestrator, "start", lambda job: None)  # Step Functions' part: the steps below
+    job = container.batch.submit(acme, deployment="iris", input_uri=_put(s3, tmp_path, "day.parquet", iris_rows(50)))
+    planned = handlers.plan({"job_id": job.id, "tenant": "acme"}, LambdaContext())
+    (chunk,) = json.loads(container.batch_runner.files.read_bytes(planned["chunks"]["uri"]))
+    capsys.readouterr()
+    first = handlers.score({"job": planned["job"], "chunk": chunk}, LambdaContext())
+    again = handlers.score({"job": planned["job"], "chunk": chunk}, LambdaContext())
+    assert first["recorded"] and not again["recorded"]
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{") and "BatchRows" in line]
+    assert [line["BatchRows"] for line in lines] in ([50], [[50]], [50.0], [[50.0]]), lines
+    assert lines[0]["tenant"] == "acme" and "tenant" in lines[0]["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
