@@ -477,6 +477,8 @@ def test_a_shadows_mirror_that_is_a_graph_and_a_replay_against_a_graph_give_the_
     out = graphs.replay.replay(acme, "embedded", since="1h", against="shifted")
     assert (out["records"], out["rows"], out["scored_rows"], out["failed_rows"]) == (3, 6, 6, 0)
     assert out["verdict"]["mean_abs_diff"] == pytest.approx(live["mean_abs_diff"], abs=1e-6)
+    graphs.predictions.stats.flush()  # the mirror's steps count as its mirror, never under a placeholder deployment
+    assert all(graphs.registry.read_stats("acme", "(mirror)", r) == {} for r in (0, 1, 2))
 
 
 def test_a_re_read_of_the_same_deployment_keeps_its_parsed_policy_and_a_changed_one_is_answered_from(graphs: Container, http: tuple[TestClient, dict[str, str]]) -> None:

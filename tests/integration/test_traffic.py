@@ -215,6 +215,7 @@ def test_a_mirror_that_is_a_split_answers_and_counts_as_the_mirror(client: TestC
     mirror = client.get("/api/v1/deployments/sh/stats", headers=auth(keys["acme"])).json()["mirrors"]["cand"]
     assert (mirror["requests"], mirror["errors"], mirror["compared"]) == (10, 0, 10)
     assert two_irises.registry.read_stats("acme", "(mirror)", 1) == {} and two_irises.registry.read_stats("acme", "(mirror)", 0) == {}
+
     asked = client.post("/api/v1/predictions", json={"deployment": "sh", "inputs": [[5.1, 3.5, 1.4, 0.2]], "variant": "cand-b"}, headers=auth(keys["acme"]))
     assert asked.status_code == 400 and asked.json()["field"] == "variant", asked.text  # a mirror's variant never answers
 

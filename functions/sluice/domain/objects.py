@@ -84,6 +84,12 @@ def check_policy_size(policy: dict[str, Any], *, field: str = "policy") -> None:
         )
 
 
+
+# The deployment a mirror's walk runs for (`PredictionService.run_node`): no deployment's name
+# holds parentheses. A mirror answers no request: no feedback rewards its bandits' choices, and
+# what its nodes count is the mirror's (`ShadowRunner`), never kept under this name.
+MIRROR = "(mirror)"
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who a request acts as: a tenant and what it may do there. The tenant is a name

@@ -16,6 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
+from sluice.domain.objects import MIRROR
 from sluice.domain.policy_paths import subject_at, within_deployment
 from sluice.domain.results import Answer
 from sluice.inference.graphs import run_switch
@@ -59,10 +60,6 @@ class Lookups(Protocol):
     async def rewards_of(self, dep: Deployment) -> dict[str, tuple[int, float]]: ...
 
 
-# The deployment a mirror's walk runs for (`PredictionService.run_node`): no deployment's name
-# holds parentheses. A mirror answers no request: no feedback rewards its bandits' choices, and
-# what its splits choose is the mirror's comparison's, not counted as the deployment's variants.
-MIRROR = "(mirror)"
 
 
 @dataclass(slots=True)
@@ -240,8 +237,6 @@ class PolicyRunner:
         queued for asynchronous inference (a request above its endpoint's limit). `invalid`:
         a refusal of the inputs counts as such (`refused_input`)."""
         dep = call.deployment
-        if dep.name == MIRROR:  # counted as the mirror it is (`ShadowRunner`), not in a bucket of no deployment
-            return await self.run(node, call, arrays, depth)
         stat_key = (dep.tenant, dep.name, dep.revision, subject)
         started = time.perf_counter()
         try:

@@ -28,6 +28,7 @@ import time
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from sluice.domain.objects import MIRROR
 from sluice.domain.stat_numbers import FLOAT64
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
@@ -93,6 +94,8 @@ class StatsRecorder(timer.Flushed):
         Called with the lock held, as every method below that touches the counts."""
         sums = self._sums.get(key)
         if sums is None:
+            if key[1] == MIRROR:  # a mirror's walk: counted as its mirror, never under the placeholder
+                return defaultdict(float)
             if len(self._sums) >= self.max_pending:
                 return None
             sums = self._sums[key] = defaultdict(float)
