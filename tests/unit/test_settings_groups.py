@@ -110,6 +110,9 @@ def test_a_log_level_that_is_no_level_is_refused_when_the_settings_are_read(monk
     monkeypatch.setenv("SLUICE_LOG_LEVEL", "LOUD")
     with pytest.raises(SettingRefused, match="SLUICE_LOG_LEVEL: "):
         Settings()
+    for capture in ("firehose://sluice-capture", "file://~/capture", "file:///srv/my%20capture"):
+        monkeypatch.setenv("SLUICE_CAPTURE", capture)
+        Settings()
 
 
 _FIELDS = [(group, name) for group in GROUPS.values() for name in group.model_fields]
@@ -198,15 +201,21 @@ def test_a_setting_each_request_would_build_from_is_refused_as_the_settings_are_
     monkeypatch.setenv(variable, value)
     with pytest.raises(SettingRefused) as refused:
         Settings()
+    for capture in ("firehose://sluice-capture", "file://~/capture", "file:///srv/my%20capture"):
+        monkeypatch.setenv("SLUICE_CAPTURE", capture)
+        Settings()
     message = str(refused.value)
     assert message.startswith(variable) and words in message and "\n" not in message, message
 
 
 def test_the_settings_the_cdk_app_and_the_docs_give_are_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     for variable, value in (
-        ("SLUICE_MIRROR", "lambda://sluice-shadow"), ("SLUICE_CAPTURE", "firehose://sluice-capture"), ("SLUICE_BATCH_BUCKET", "sluice-batch-123456789012-eu-west-1"),
+        ("SLUICE_MIRROR", "lambda://sluice-shadow"), ("SLUICE_CAPTURE", "file://localhost/var/capture"), ("SLUICE_BATCH_BUCKET", "sluice-batch-123456789012-eu-west-1"),
         ("SLUICE_IMPORT_PREFIXES", '["s3://uploads-bucket/{tenant}/", "file://{home}/imports/{tenant}/"]'),
         ("SLUICE_STREAMS", '{"*": {"tenant": "acme", "deployment": "fraud", "destination": {"kind": "sqs", "target": "https://sqs"}}}'),
     ):  # fmt: skip
         monkeypatch.setenv(variable, value)
     Settings()
+    for capture in ("firehose://sluice-capture", "file://~/capture", "file:///srv/my%20capture"):
+        monkeypatch.setenv("SLUICE_CAPTURE", capture)
+        Settings()

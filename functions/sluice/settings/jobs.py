@@ -133,7 +133,7 @@ class DataCaptureSettings(Group):
     @field_validator("capture")
     @classmethod
     def _check_capture(cls, value: str) -> str:
-        ok = value in ("", "off") or (value.startswith("file:///") and len(value) > 8) or (value.startswith("firehose://") and len(value) > 11)
+        ok = value in ("", "off") or (value.startswith("file://") and len(value) > 7) or (value.startswith("firehose://") and len(value) > 11)
         if not ok:
             raise ValueError(f"SLUICE_CAPTURE must be file:///PATH, firehose://STREAM or off, not {value!r}")
         return value
