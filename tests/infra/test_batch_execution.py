@@ -802,6 +802,20 @@ def test_a_job_with_a_catalog_table_becomes_a_partition_athena_can_query(cloud: 
     assert record.output_format == "parquet" and record.catalog is not None  # a catalog table is Parquet
 
 
+def test_a_first_job_of_no_rows_leaves_the_table_its_columns_to_come(cloud: Cloud) -> None:
+    """A header-only file succeeds with no rows and no part to read columns from: the table it
+    makes has none, and the first job with rows gives it its columns (every query reads them)."""
+    glue = boto3.client("glue", region_name=REGION)
+    glue.create_database(DatabaseInput={"Name": "sluice_batch"})
+    for name, rows in (("empty", 0), ("day", 20)):
+        cloud.s3.put_object(Bucket=BUCKET, Key=f"inbox/acme/iris/{name}.csv", Body=_csv(rows))
+        spec = {**_spec(key_columns=["id"], catalog={"database": "sluice_batch", "table": "late"}), "input_uri": f"s3://{BUCKET}/inbox/acme/iris/{name}.csv"}
+        cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name=name, input=json.dumps(spec))
+        assert json.loads(cloud.finish(name)["output"])["status"] == "SUCCEEDED"
+    columns = {c["Name"] for c in glue.get_table(DatabaseName="sluice_batch", Name="acme__late")["Table"]["StorageDescriptor"]["Columns"]}
+    assert {"id", "prediction"} <= columns
+
+
 def test_a_failed_job_never_adds_a_partition(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
     from sluice.domain.errors import Forbidden
 

@@ -144,6 +144,19 @@ class GlueCatalog:
         if table is not None:
             if table.get("StorageDescriptor", {}).get("Location") != location:
                 raise Forbidden(f"catalog table '{name}' belongs to another location", field="catalog.table")
+            if columns and not table.get("StorageDescriptor", {}).get("Columns"):
+                # Made by a job of no rows (no part to read its columns from): the first job with
+                # rows gives the table its columns, which every query reads.
+                client.update_table(
+                    DatabaseName=database,
+                    TableInput={
+                        "Name": name,
+                        "TableType": table.get("TableType", "EXTERNAL_TABLE"),
+                        "Parameters": table.get("Parameters") or {},
+                        "PartitionKeys": table.get("PartitionKeys") or [{"Name": PARTITION_KEY, "Type": "string"}],
+                        "StorageDescriptor": {**_PARQUET, "Columns": columns, "Location": location},
+                    },
+                )
             return
         with _unless("AlreadyExistsException"):  # another job made it meanwhile
             client.create_table(
