@@ -283,6 +283,7 @@ class BatchStack(FunctionStack):
                 actions=[
                     "glue:GetTable",
                     "glue:CreateTable",
+                    "glue:UpdateTable",  # a table a job of no rows made gets its columns later
                     "glue:GetPartition",
                     "glue:CreatePartition",
                     "glue:BatchCreatePartition",
