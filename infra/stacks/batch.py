@@ -261,6 +261,9 @@ class BatchStack(FunctionStack):
             delete=True,  # a failed job leaves no _SUCCESS
             purpose="failure reports",
         )
+        # The report lists the objects a prefix or manifest job read: the plan's chunk list,
+        # kept under work/ (read only).
+        grant_objects(fn, self.storage.batch, prefix=WORK_PREFIX, purpose="the chunk list a failure report names")
         return fn
 
     def _catalog(self, database: str, finalize: SluiceFunction) -> glue.CfnDatabase:

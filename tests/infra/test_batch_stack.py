@@ -207,6 +207,14 @@ def test_batch_functions_have_both_layers_and_scoped_grants(full_app: Synthesize
         statements = policy_statements_of_role(template, role_of(function))
         deletes = [s["Resource"]["Fn::Join"][1][-1] for s in statements if "s3:DeleteObject" in s["Action"]]
         assert deletes == ["/outbox/*"], purpose
+    # A failure report lists the objects a prefix or manifest job read, from the plan's chunk
+    # list under work/: read, never written (denied, the report had no object list).
+    for purpose in ("mark_failed", "execution_ended"):
+        _, function = function_by_handler(template, f"sluice.handlers.batch.{purpose}")
+        statements = policy_statements_of_role(template, role_of(function))
+        reads = [s["Resource"]["Fn::Join"][1][-1] for s in statements if "s3:GetObject" in s["Action"]]
+        writes = [s["Resource"]["Fn::Join"][1][-1] for s in statements if "s3:PutObject" in s["Action"]]
+        assert "/work/*" in reads and writes == ["/outbox/*"], (purpose, reads, writes)
     assert score["Timeout"] == 900 and score["MemorySize"] == 3008
 
 
