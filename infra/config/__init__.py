@@ -137,6 +137,29 @@ class SluiceConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _endpoint_names(self) -> SluiceConfig:
+        """Each endpoint's name (`<name>-<endpoint>`, `ResourceNames.endpoint`) within SageMaker's
+        63 characters, and no two inference components named alike (`a-b`/`c` and `a`/`b-c`):
+        each failed in CloudFormation, naming a resource rather than the key."""
+        from infra.naming import ResourceNames, inference_component
+
+        names, seen = ResourceNames(self.name), {}
+        for endpoint in self.endpoints:
+            full = names.endpoint(endpoint.name)
+            if len(full) > 63:
+                raise ValueError(f"endpoints: {endpoint.name!r} makes the endpoint name {full!r}, {len(full)} characters: SageMaker takes 63")
+            if endpoint.inference_components is None:
+                continue
+            for variant in endpoint.variants:
+                component = inference_component(full, variant.name)
+                if component in seen:
+                    raise ValueError(
+                        f"endpoints: {seen[component]!r} and {endpoint.name!r}/{variant.name!r} both make the inference component {component!r}"
+                    )
+                seen[component] = f"{endpoint.name}/{variant.name}"
+        return self
+
+    @model_validator(mode="after")
     def _one_stream_a_queue(self) -> SluiceConfig:
         """Two mappings on one SQS queue would each take a share of its messages (a message goes
         to one consumer): each stream's destination would get only part of them, at random. (A

@@ -105,3 +105,18 @@ def test_endpoint_variants_must_be_sane() -> None:
         )
     with pytest.raises(ValidationError, match="unique"):
         SluiceConfig.model_validate({"endpoints": [endpoint, endpoint]})
+
+
+def test_endpoint_names_sagemaker_cannot_take_are_refused_naming_the_endpoint() -> None:
+    """Both synthesized, then failed in CloudFormation on a resource's name."""
+    (ranker,) = [e for e in FULL_CONFIG["endpoints"] if e.get("inference_components")]
+    assert ranker["inference_components"] is not None
+    variant = ranker["variants"][0]
+    long = {**ranker, "name": "e" * 47}  # 16 + 1 + 47 characters
+    with pytest.raises(ValidationError, match="SageMaker takes 63"):
+        SluiceConfig.model_validate({"name": "sluice-prod-eu01", "endpoints": [long]})
+    first = {**ranker, "name": "a-b", "variants": [{**variant, "name": "c"}]}
+    second = {**ranker, "name": "a", "variants": [{**variant, "name": "b-c"}]}
+    with pytest.raises(ValidationError, match="both make the inference component 'sluice-a-b-c'"):
+        SluiceConfig.model_validate({"endpoints": [first, second]})
+    SluiceConfig.model_validate({"endpoints": [first, {**second, "variants": [{**variant, "name": "d"}]}]})
