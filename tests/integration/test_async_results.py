@@ -105,7 +105,7 @@ def test_grpc_says_where_the_result_will_be() -> None:
     import grpc
 
     from sluice.domain.errors import Accepted
-    from sluice.grpc_service.service import status_of
+    from sluice.grpc_service.calls import status_of
 
     code, message, trailer = status_of(Accepted("queued", result_id="b" * 32, location="/api/v1/results/" + "b" * 32))
     assert code == grpc.StatusCode.FAILED_PRECONDITION and message.endswith("/api/v1/results/" + "b" * 32)

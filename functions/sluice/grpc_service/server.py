@@ -16,13 +16,8 @@ import grpc.aio
 from sluice.api.deps import _bearer
 from sluice.domain.errors import SluiceError
 from sluice.grpc_service import address
-from sluice.grpc_service.service import (
-    CALLER,
-    GRPC_MISSING_KEY,
-    InferenceService,
-    call_metadata,
-    status_of,
-)
+from sluice.grpc_service.calls import CALLER, GRPC_MISSING_KEY, call_metadata, status_of
+from sluice.grpc_service.service import InferenceService
 from sluice.services.admission import Capacity
 
 if TYPE_CHECKING:

@@ -97,7 +97,7 @@ def test_grpc_answers_as_rest_for_any_request(grpc_url: str, rest: TestClient, k
     from tritonclient.grpc import service_pb2 as pb
     from tritonclient.grpc import service_pb2_grpc
 
-    from sluice.grpc_service.service import CODES
+    from sluice.grpc_service.calls import CODES
 
     key = keys.get(request["key"], "sk_nokey_nosecret")
     model, version = request["model"], request["version"]
