@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from sluice.domain.errors import BadRequest
 from sluice.domain.objects import check_description
-from sluice.domain.rollouts import parse_gates
+from sluice.domain.rollout_specs import parse_gates
 from tests.conftest import MODELS
 from tests.integration.conftest import auth
 from tests.support import single

@@ -689,7 +689,7 @@ def test_a_candidate_whose_inputs_are_refused_is_rolled_back_by_invalid_input_ra
 
 
 def test_invalid_input_rate_is_a_gate_of_its_own() -> None:
-    from sluice.domain.rollouts import parse_gates
+    from sluice.domain.rollout_specs import parse_gates
 
     (gate,) = parse_gates("invalid_input_rate<=0.02")
     assert gate.metric == "invalid_input_rate" and not gate.passes(0.05) and gate.passes(0.0)

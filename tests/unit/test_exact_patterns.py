@@ -18,7 +18,7 @@ from sluice.convert.sagemaker_packages import parse_arn
 from sluice.domain.errors import SluiceError
 from sluice.domain.jobs import CatalogTarget, PublishTarget
 from sluice.domain.policy import parse_policy
-from sluice.domain.rollouts import check_alarms
+from sluice.domain.rollout_specs import check_alarms
 from sluice.endpoints.image_uris import check_instance_type
 from sluice.services.models import sagemaker_config
 

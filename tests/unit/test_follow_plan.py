@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from sluice.domain.errors import InvalidRequest
 from sluice.domain.follows import parse_plan
-from sluice.domain.rollouts import MAX_MIN_REQUESTS, parse_steps
+from sluice.domain.rollout_specs import MAX_MIN_REQUESTS, parse_steps
 
 
 @given(minimum=st.one_of(st.integers(0, 3 * MAX_MIN_REQUESTS), st.integers(0, 10**30)))

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from sluice.domain.rollouts import parse_gates
+from sluice.domain.rollout_specs import parse_gates
 from sluice.monitor.checks import GONE_DRIFT, Thresholds, check, check_column, gate_drift
 from sluice.monitor.sketches import Profile
 

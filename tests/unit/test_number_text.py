@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluice.domain.errors import InvalidRequest
-from sluice.domain.rollouts import parse_steps
+from sluice.domain.rollout_specs import parse_steps
 from sluice.domain.values import number_of, parse_number
 from sluice.routing.conditions import _number
 

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from sluice.domain.errors import InvalidRequest
-from sluice.domain.rollouts import (
+from sluice.domain.rollout_specs import (
     MAX_MIN_REQUESTS,
     parse_duration,
     parse_gates,

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain import Principal
 from sluice.domain.errors import Conflict, SluiceError
-from sluice.domain.rollouts import CANDIDATE, QUALITY, Decision, Rollout, endpoint_weights, evaluate
+from sluice.domain.rollout_specs import QUALITY
+from sluice.domain.rollouts import CANDIDATE, Decision, Rollout, endpoint_weights, evaluate
 from sluice.services.rollout_alarms import foreign_alarms
 from sluice.stats.verdicts import gate_metrics
 

@@ -29,16 +29,18 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain.errors import Conflict, InvalidRequest, Unprocessable
-from sluice.domain.rollouts import (
+from sluice.domain.rollout_specs import (
     MAX_MIN_REQUESTS,
-    Decision,
-    Rollout,
     check_alarms,
-    endpoint_weights,
-    evaluate,
     parse_duration,
     parse_gates,
     parse_steps,
+)
+from sluice.domain.rollouts import (
+    Decision,
+    Rollout,
+    endpoint_weights,
+    evaluate,
     paused,
     waiting_reason,
 )
