@@ -92,13 +92,9 @@ def test_a_small_input_of_a_model_whose_calls_are_slow_runs_on_a_thread(containe
     assert _threads(runtime, total, 16, 1) == [False]
 
 
-def test_calls_that_outlive_their_requests_hold_at_most_half_the_threads_for_their_tenant(container: Container, total: ModelVersion) -> None:
-    """ONNX Runtime cannot be stopped: a call whose request gave up runs on. While a tenant has
-    half the runtime's threads held so, its next call that needs a thread is refused at once
-    (503, Retry-After) instead of queuing behind them; as they end, its calls are taken again.
-    Another tenant's calls never wait on them."""
-    from sluice.domain.errors import Overloaded
-
+def _held_for_acme(container: Container) -> tuple[OnnxRuntime, threading.Event]:
+    """A runtime whose every call runs on a thread, acme's held there until the event is set
+    (at most 30 s): calls that outlive their requests."""
     runtime = OnnxRuntime(container.store, container.settings.onnx.model_copy(update={"inline_infer_elements": 0, "inline_infer_us": 0}))
     release = threading.Event()
     plain = runtime._run
@@ -109,6 +105,17 @@ def test_calls_that_outlive_their_requests_hold_at_most_half_the_threads_for_the
         return plain(version, *args)
 
     runtime._run = held  # type: ignore[method-assign]
+    return runtime, release
+
+
+def test_calls_that_outlive_their_requests_hold_at_most_half_the_threads_for_their_tenant(container: Container, total: ModelVersion) -> None:
+    """ONNX Runtime cannot be stopped: a call whose request gave up runs on. While a tenant has
+    half the runtime's threads held so, its next call that needs a thread is refused at once
+    (503, Retry-After) instead of queuing behind them; as they end, its calls are taken again.
+    Another tenant's calls never wait on them."""
+    from sluice.domain.errors import Overloaded
+
+    runtime, release = _held_for_acme(container)
     x = {"x": np.ones((4, 2), np.float32)}
     other = dataclasses.replace(total, tenant="globex")  # the same artifact: its session is shared
 
@@ -138,17 +145,8 @@ def test_batched_calls_that_outlive_every_request_in_them_count_as_abandoned(con
     from sluice.domain.errors import Overloaded
     from sluice.inference.batching import Batcher
 
-    runtime = OnnxRuntime(container.store, container.settings.onnx.model_copy(update={"inline_infer_elements": 0, "inline_infer_us": 0}))
+    runtime, release = _held_for_acme(container)
     runtime.threads, runtime.abandoned_limit = 4, 2
-    release = threading.Event()
-    plain = runtime._run
-
-    def held(version: ModelVersion, *args: Any) -> Any:
-        if version.tenant == "acme":
-            release.wait(20)
-        return plain(version, *args)
-
-    runtime._run = held  # type: ignore[method-assign]
     batcher = Batcher()
     batching = BatchingSettings(max_batch_size=8, max_delay_us=2000, preferred_batch_sizes=(), instances=16)
     x = {"x": np.ones((1, 2), np.float32)}
