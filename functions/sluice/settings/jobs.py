@@ -99,7 +99,10 @@ class StreamSettings(Group):
     @field_validator("streams")
     @classmethod
     def _check_streams(cls, value: dict[str, Any]) -> dict[str, Any]:
-        # Each binding read as the stream function reads it, now rather than on every invocation.
+        # Each binding read as the stream function reads it, now rather than on every invocation
+        # (the bindings' models imported only where there are some: every process reads settings).
+        if not value:
+            return value
         from pydantic import ValidationError
 
         from sluice.domain.stream_bindings import Binding
