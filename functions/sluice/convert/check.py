@@ -197,34 +197,26 @@ def scores_not_probabilities(data: bytes) -> bytes:
     scored = [o.name for o in model.graph.output if "prob" in o.name.lower()]
     if not scored:
         return data
-    renamed = {old: SCORES if i == 0 else f"{SCORES}_{i}" for i, old in enumerate(scored)}
-    zipmaps = {node.output[0]: node for node in model.graph.node if node.op_type == "ZipMap"}
     for old in scored:
-        node = zipmaps.get(old)
-        if node is None:
-            continue
-        # The map a row is made of a float tensor: that tensor is the output, the ZipMap gone.
-        source = node.input[0]
-        model.graph.node.remove(node)
-        for other in model.graph.node:
-            for i, name in enumerate(other.output):
-                if name == source:
-                    other.output[i] = old
-            for i, name in enumerate(other.input):
-                if name == source:
-                    other.input[i] = old
-        output = next(o for o in model.graph.output if o.name == old)
-        output.type.CopyFrom(onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, ["N", "classes"]))
-    for output in model.graph.output:
-        output.name = renamed.get(output.name, output.name)
-    for node in model.graph.node:
-        for i, name in enumerate(node.output):
-            if name in renamed:
-                node.output[i] = renamed[name]
-        for i, name in enumerate(node.input):
-            if name in renamed:
-                node.input[i] = renamed[name]
+        zipmap = next((n for n in model.graph.node if n.op_type == "ZipMap" and n.output[0] == old), None)
+        if zipmap is not None:  # a map a row made of a float tensor: that tensor is the output, the ZipMap gone
+            model.graph.node.remove(zipmap)
+            _rename(model, {zipmap.input[0]: old})
+            output = next(o for o in model.graph.output if o.name == old)
+            output.type.CopyFrom(onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, ["N", "classes"]))
+    _rename(model, {old: SCORES if i == 0 else f"{SCORES}_{i}" for i, old in enumerate(scored)})
     return model.SerializeToString()
+
+
+def _rename(model: Any, names: dict[str, str]) -> None:
+    """Tensors renamed wherever the graph names them: its outputs, its nodes' ins and outs."""
+    for output in model.graph.output:
+        output.name = names.get(output.name, output.name)
+    for node in model.graph.node:
+        for tensors in (node.input, node.output):
+            for i, name in enumerate(tensors):
+                if name in names:
+                    tensors[i] = names[name]
 
 
 def declared_as_answered(data: bytes, rows: np.ndarray) -> bytes:
