@@ -48,18 +48,28 @@ _LINE = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
 
 
 def encode(output: dict[str, Any]) -> bytes:
-    """The output as JSON; one JSON cannot hold becomes its record's error output (`_unwritable`)."""
+    """The output as JSON; one JSON cannot hold becomes its record's error output (`UNWRITABLE`)."""
     try:
         return orjson.dumps(output, option=_ONE)
     except JSONEncodeError:
-        return orjson.dumps(_instead(output, _unwritable(output)), option=_ONE)
+        return orjson.dumps(_instead(output, *UNWRITABLE), option=_ONE)
 
 
-def _instead(output: dict[str, Any], error: dict[str, Any]) -> dict[str, Any]:
+def _instead(output: dict[str, Any], error: str, code: str, *, source: Any = None) -> dict[str, Any]:
     """`output` made its record's error output, in place: the record's outcome holds this very
-    dict, so what is counted (a record error, never a prediction) is what was written."""
+    dict, so what is counted (a record error, never a prediction) is what was written. It keeps
+    the output's id only where the id rule allows it (so it encodes in turn), and its source:
+    the record's position where given."""
+    rid = output.get("id")
+    made = {
+        "id": rid if valid_id(rid) else None,
+        "source": output.get("source") if source is None else source,
+        "deployment": output.get("deployment"),
+        "error": error,
+        "code": code,
+    }
     output.clear()
-    output.update(error)
+    output.update(made)
     return output
 
 
@@ -73,22 +83,13 @@ def json_lines(outputs: Sequence[Output]) -> bytes:
         try:
             extend(dumps(output, option=_LINE))
         except JSONEncodeError:
-            extend(dumps(_instead(output, _unwritable(output)), option=_LINE))
+            extend(dumps(_instead(output, *UNWRITABLE), option=_LINE))
     return bytes(buffer)
 
 
-def _unwritable(output: dict[str, Any]) -> dict[str, Any]:
-    """The error output of a record whose output JSON cannot hold (a value nested past the
-    encoder's depth, one of a type it does not know): that record fails alone, never its batch.
-    It keeps the output's id only when the id rule allows it, so it encodes in turn."""
-    rid = output.get("id")
-    return {
-        "id": rid if valid_id(rid) else None,
-        "source": output.get("source"),
-        "deployment": output.get("deployment"),
-        "error": "the output holds a value JSON cannot carry",
-        "code": "internal_error",
-    }
+# The error output of a record whose output JSON cannot hold (a value nested past the encoder's
+# depth, one of a type it does not know): that record fails alone, never its batch.
+UNWRITABLE = ("the output holds a value JSON cannot carry", "internal_error")
 
 
 class FileSink:
@@ -119,7 +120,10 @@ class SqsSink:
         for part in _calls(records, outputs, self.COUNT, self.TOTAL, self.ITEM):
             refused, faults = self._send(records, part, held, failed)
             for index, reason in faults:
-                faulted.append((index, _instead(answers[index], _refused_as_it_is(records[index], answers[index], reason))))
+                # Refused for what it holds (past the queue's own size, a value it does not take):
+                # sent again it would be refused again, so it is not retried.
+                error = _instead(answers[index], f"the destination refused the output: {reason}", "output_refused", source=records[index].position)
+                faulted.append((index, error))
             failed.update(refused)
             if self.fifo:
                 held.update(_group_id(records[index]) for index in refused)
@@ -214,7 +218,8 @@ def _calls(
     for index, output in outputs:
         body = encode(output)
         if len(body) > item:
-            body = encode(_instead(output, _too_large(records[index], output, len(body), item)))
+            too_large = f"the output is {len(body)} bytes; the destination takes {item} at most"
+            body = encode(_instead(output, too_large, "payload_too_large", source=records[index].position))
         if part and (len(part) == count or size + len(body) > total):
             yield part
             part, size = [], 0
@@ -234,30 +239,6 @@ def _sqs_text(body: bytes) -> str:
         for raw, escaped in _NOT_CHARACTERS:
             body = body.replace(raw, escaped)
     return body.decode()
-
-
-def _refused_as_it_is(record: StreamRecord, output: dict[str, Any], reason: str) -> dict[str, Any]:
-    """The error output of a record whose output the queue refused for what it holds (a size
-    past the queue's own maximum, a value it does not take): sent again it would be refused
-    again, so it is not retried."""
-    rid = output.get("id")
-    return {
-        "id": rid if valid_id(rid) else None,
-        "source": record.position,
-        "deployment": output.get("deployment"),
-        "error": f"the destination refused the output: {reason}",
-        "code": "output_refused",
-    }
-
-
-def _too_large(record: StreamRecord, output: dict[str, Any], size: int, limit: int) -> dict[str, Any]:
-    return {
-        "id": output.get("id"),
-        "source": record.position,
-        "deployment": output.get("deployment"),
-        "error": f"the output is {size} bytes; the destination takes {limit} at most",
-        "code": "payload_too_large",
-    }
 
 
 class S3Sink:
