@@ -60,13 +60,19 @@ export function duration(seconds: number | null | undefined): string {
   if (seconds === null || seconds === undefined) return "—";
   if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
   if (seconds < 120) return `${seconds.toFixed(1)} s`;
-  return `${Math.floor(seconds / 60)} min ${Math.round(seconds % 60)} s`;
+  const whole = Math.round(seconds); // rounded once, then split: never "2 min 60 s"
+  return `${Math.floor(whole / 60)} min ${whole % 60} s`;
 }
 
 export function bytes(n: number): string {
   if (n < 1024) return `${n} B`;
   if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
   return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+/** A share as a percentage, to six significant digits: 0.07 is "7%", not "7.000000000000001%". */
+export function percent(share: number): string {
+  return `${Number((share * 100).toPrecision(6))}%`;
 }
 
 export function num(v: number | null | undefined, digits = 2): string {

@@ -32,6 +32,18 @@ describe("drift per feature", () => {
     expect(output.drift).toEqual([null, 0.1]); // the older window had no such column
   });
 
+  it("puts an alerting column with no drift figure (absent, missing) first, as the API's worst", () => {
+    const windows: MonitorAnswer["windows"] = [
+      {
+        window_start: 0, window_end: 3600, rows: 1000, verdict: "alert", drift: 0.35, worst: ["petal_width", "sepal_length"],
+        columns: { petal_width: col("absent", null, { rows: 0 }), sepal_length: col("drift", 0.35), sepal_width: col("ok", 0.01), petal_length: col("too_few_rows", null) },
+      },
+    ]; // prettier-ignore
+    const names = featureSeries(answer(windows)).map((f) => f.name);
+    expect(names.slice(0, 2)).toEqual(windows[0].worst);
+    expect(names.slice(2)).toEqual(["sepal_width", "petal_length"]); // no figure and no alert: last
+  });
+
   it("has nothing to draw before any window has traffic", () => {
     expect(featureSeries(answer([]))).toEqual([]);
   });

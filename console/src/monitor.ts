@@ -77,7 +77,9 @@ export function featureSeries(answer: MonitorAnswer): FeatureSeries[] {
     latest,
   }));
   const rank = (f: FeatureSeries) => (ALERTS.has(f.latest.verdict) ? 0 : 1);
-  const size = (f: FeatureSeries) => f.latest.drift ?? -Infinity;
+  // An alerting column with no drift figure (absent, missing, its type changed) is the worst, as
+  // the API's `worst` and the rollouts' drift gate count it; a column with none otherwise, the least.
+  const size = (f: FeatureSeries) => f.latest.drift ?? (ALERTS.has(f.latest.verdict) ? Infinity : -Infinity);
   return out.sort((a, b) => rank(a) - rank(b) || size(b) - size(a) || a.name.localeCompare(b.name));
 }
 

@@ -9,6 +9,8 @@ import sys
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import sluice.console as console
 from tests.integration.conftest import auth
@@ -63,6 +65,20 @@ def test_nothing_outside_the_built_folder_is_served(client: TestClient, built: P
     r = client.get(path)
     assert r.status_code in (401, 404), (path, r.status_code)
     assert b"outside" not in r.content
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.text(st.characters(codec="utf-8"), min_size=0, max_size=6), min_size=1, max_size=3))
+def test_any_path_under_the_console_is_a_file_of_it_or_a_404_with_its_headers(client: TestClient, built: Path, parts: list[str]) -> None:
+    """Whatever a path holds once decoded (a NUL, a backslash, dots, characters no file name
+    has): the console's own file, or a 404; never a server error, never without its headers."""
+    from urllib.parse import quote
+
+    r = client.get("/console/" + "/".join(quote(p, safe="") for p in parts))
+    assert r.status_code in (200, 404), (parts, r.status_code, r.text[:200])
+    assert r.headers["x-frame-options"] == "DENY" and "default-src 'none'" in r.headers["content-security-policy"]
+    if r.status_code == 200:
+        assert r.content in {f.read_bytes() for f in built.rglob("*") if f.is_file()}
 
 
 def test_only_get_and_head_and_no_body_is_read(client: TestClient, built: Path) -> None:

@@ -4,7 +4,7 @@
 // labels, a line per variant; all traffic or one variant's. Below it, the kept history of the
 // closed windows (pages/history.ts).
 import { ApiError, describe, enc, get } from "../api";
-import { h, mount, num, when } from "../dom";
+import { h, mount, num, percent, when } from "../dom";
 import type { Context } from "../main";
 import { featureSeries, type MonitorAnswer, qualityCells, qualitySeries } from "../monitor";
 import type { Policy } from "../policy";
@@ -41,7 +41,7 @@ export function monitorSection(ctx: Context, name: string, policy: () => Policy)
       verdictSpan(m.verdict, { id: "monitor-verdict" }),
       ` revision ${m.revision}${m.variant ? `, variant ${m.variant}` : ""} · `,
       base ? `baseline of revision ${base.revision} (${base.rows} rows from ${base.source}, ${when(base.created_at)})` : "no baseline",
-      ` · windows of ${m.window_s >= 3600 ? `${num(m.window_s / 3600, 1)} h` : `${num(m.window_s / 60, 1)} min`} · a feature alerts on drift (PSI) over ${t.drift}, a missing rate up by ${t.missing * 100}%, ${t.out_of_range * 100}% out of range or unseen, with at least ${t.min_rows} rows for drift`,
+      ` · windows of ${m.window_s >= 3600 ? `${num(m.window_s / 3600, 1)} h` : `${num(m.window_s / 60, 1)} min`} · a feature alerts on drift (PSI) over ${t.drift}, a missing rate up by ${percent(t.missing)}, ${percent(t.out_of_range)} out of range or unseen, with at least ${t.min_rows} rows for drift`,
     );
     const features = featureSeries(m);
     const driftPart = !base

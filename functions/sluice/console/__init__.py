@@ -53,7 +53,7 @@ def _file(path: str) -> Path | None:
     leaves the folder, hides (a dot name) or is not a file is None."""
     rest = path[len(PREFIX) + 1 :] or "index.html"
     parts = rest.split("/")
-    if any(not p or p.startswith(".") or "\\" in p for p in parts):
+    if any(not p or p.startswith(".") or "\\" in p or "\x00" in p for p in parts):  # a NUL no file name holds
         return None
     candidate = STATIC.joinpath(*parts)
     try:
