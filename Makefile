@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve test test-needs tier test-fast fuzz lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium test-rewrite
+.PHONY: install serve test test-needs tier test-fast fuzz lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium test-rewrite test-warm
 
 # The virtualenv without pip of its own (ensurepip alone takes seconds, before anything else
 # can start): uv is put in it by the interpreter's own pip, or, where that has none, by a pip
@@ -61,11 +61,11 @@ PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=10
 # environment asks for none, so that each reads it rather than compiling every module it
 # imports again (a pytest worker's collection 49 CPU-s without, 13 with; a
 # process importing what `sluice serve` imports, 3.7 and 1.2).
-test tier test-fast fuzz test-rewrite: export PYTHONDONTWRITEBYTECODE :=
+test tier test-fast fuzz test-rewrite test-warm: export PYTHONDONTWRITEBYTECODE :=
 
 # What the suite needs is built side by side (make -j): the install compiling bytecode is
 # CPU-bound while the Triton and checkov environments, npm and apt mostly wait on downloads.
-TEST_NEEDS := $(DEPS) triton-env checkov-env docs console console-test chromium test-rewrite
+TEST_NEEDS := $(DEPS) triton-env checkov-env docs console console-test chromium test-rewrite test-warm
 
 test:
 	@$(MAKE) --no-print-directory -j 4 --output-sync=target test-needs
@@ -80,6 +80,15 @@ test-needs: $(TEST_NEEDS)
 # collection here is left for the suite's own to report).
 test-rewrite: $(DEPS)
 	@$(PY) -m pytest --collect-only -q -p no:xdist -p no:cacheprovider >/dev/null 2>&1 || true
+
+# That collection runs on one core. Beside it, on the other, the heaviest libraries the tests
+# import later (not while collecting) are imported once, so their bytecode is written then rather
+# than by the suite's workers, and some that the collection imports are compiled first: ~10 CPU-s
+# of the suite moved out of it. A library not installed is passed over.
+WARM := mlflow pandas sklearn feast skl2onnx xgboost moto.stepfunctions moto.dynamodb moto.s3 moto.sqs \
+	moto.kinesis moto.sagemaker moto.scheduler moto.glue moto.lambda_ playwright.sync_api tritonclient.http aiohttp
+test-warm: $(DEPS)
+	@$(PY) -c 'import importlib.util as u, sys; [__import__(m) for m in sys.argv[1:] if u.find_spec(m.split(".")[0])]' $(WARM) >/dev/null 2>&1 || true
 
 # One tier of the suite: make tier TIER=unit (or integration, e2e, infra).
 TIER ?= unit
