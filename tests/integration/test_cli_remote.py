@@ -18,7 +18,7 @@ from sluice.runtimes.sagemaker import SageMakerRuntime
 from sluice.storage.results import results_for
 from tests.integration.conftest import run_cli
 from tests.integration.traffic_fakes import add_fake
-from tests.support import serving
+from tests.support import serving, steady
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -208,3 +208,28 @@ def test_a_prediction_is_the_same_in_this_process_and_through_the_api(
     assert said[0] == said[1]
     if "--version" in words:
         assert "1" in json.dumps(said[0].get("version", said[0].get("model_version")))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"version": 1}, {"version": 7}, {"options": {"return_probabilities": False}}, {"options": {"return_probabilities": True}}, {"no_such_field": 1}],
+    ids=["rows-only", "version", "no-such-version", "no-probabilities", "probabilities", "unknown-field"],
+)
+def test_a_files_own_fields_are_read_alike_in_line_and_through_an_upload(
+    served: tuple[str, str, Echo], tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: dict[str, Any]
+) -> None:
+    """A file's fields beside its rows (a version, options, one the API does not know) are the
+    API's to read whether the file is sent in line or, being large, through an upload: the same
+    answer, or the same refusal, either way; never a field dropped on the way."""
+    url, key, _ = served
+    body = tmp_path / "rows.json"
+    body.write_text(json.dumps({"batch": [[5.1, 3.5, 1.4, 0.2]], **extra}))
+    outcomes = []
+    for above in ("100000", "10"):  # in line, then through an upload
+        code, out, err = run_cli(capsys, "predict", "iris", "--file", str(body), "--api", url, "--api-key", key, "--upload-above", above)
+        answer = json.loads(out) if code == 0 else None
+        outcomes.append((code, answer and steady(answer), err.strip().splitlines()[-1] if code else ""))  # the CLI's message, not the server's log
+    assert outcomes[0] == outcomes[1]
+    assert (outcomes[0][0] == 0) is (extra.get("version", 1) == 1 and "no_such_field" not in extra)
+    if outcomes[0][0] == 0:
+        assert len(outcomes[0][1]["predictions"]) == 1  # a batch of one row answers a list, in line or not

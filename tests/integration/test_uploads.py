@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 
 from sluice.codecs.triton import encode_request
 from tests.integration.conftest import auth
-from tests.integration.traffic_fakes import Echo, async_echo
+from tests.integration.traffic_fakes import Echo, add_fake, async_echo
+from tests.support import steady
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
@@ -269,3 +270,55 @@ def test_the_openapi_schema_has_the_upload_routes(demo: Container) -> None:
 
     paths = TestClient(create_app(demo)).get("/openapi.json").json()["paths"]
     assert "/api/v1/uploads" in paths and "/api/v1/uploads/{upload_id}/body" in paths
+
+
+UPLOADED = [  # (route, what the upload holds): each answered as the same body sent in line is, or refused naming upload_id
+    ("plain", {"batch": [[5.1, 3.5, 1.4, 0.2]]}),
+    ("plain", {"batch": [[5.1, 3.5, 1.4, 0.2]], "version": 7}),
+    ("plain", {"features": {"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}, "options": {"return_probabilities": False}}),
+    ("plain", {"inputs": [[5.1, 3.5, 1.4, 0.2]], "no_such_field": 1}),
+    ("v2", {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [6.7, 3.0, 5.2, 2.3]}]}),
+    ("v2", {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [6.7, 3.0, 5.2, 2.3]}], "outputs": [{"name": "output_label"}]}),
+    ("v2", {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [6.7, 3.0, 5.2, 2.3]}], "parameters": {"binary_data_output": True}}),
+    ("v2", {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [6.7, 3.0, 5.2, 2.3]}], "outputs": [{"name": "output_probability", "parameters": {"classification": 2}}]}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("route", "held"), UPLOADED)
+def test_an_uploaded_body_answers_as_in_line_or_is_refused_never_read_in_part(client: TestClient, keys: dict[str, str], route: str, held: dict[str, Any]) -> None:
+    """What an upload holds beyond the rows a route reads from it (a version, options, a field
+    the API does not know, a v2 request's parameters or its outputs' parameters) is never
+    dropped on the way: the answer is the one the same body gets in line, or a 400 naming
+    upload_id that says what to send in the request instead."""
+    body = json.dumps(held).encode()
+    upload = make_upload(client, keys["acme"], deployment="iris", size=len(body)).json()
+    assert post_form(client, upload, body).status_code == 204
+    if route == "plain":
+        in_line = client.post("/api/v1/predictions", json={"deployment": "iris", **held}, headers=auth(keys["acme"]))
+        uploaded = client.post("/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers=auth(keys["acme"]))
+    else:
+        in_line = client.post("/v2/models/iris/infer", json=held, headers=auth(keys["acme"]))
+        uploaded = client.post("/v2/models/iris/infer", json={"inputs": [], "parameters": {"upload_id": upload["upload_id"]}}, headers=auth(keys["acme"]))
+    if uploaded.status_code == 200:
+        assert in_line.status_code == 200 and uploaded.headers["content-type"] == in_line.headers["content-type"]
+        assert steady({k: v for k, v in uploaded.json().items() if k != "id"}) == steady({k: v for k, v in in_line.json().items() if k != "id"})
+    else:
+        assert uploaded.status_code == 400 and uploaded.json()["field"] == "upload_id", uploaded.text
+        named = next(iter(k for k in held if k not in ("inputs", "features", "batch")), None)
+        assert named is not None and named in uploaded.json()["error"]  # what the upload held, named
+
+
+def test_an_upload_of_more_rows_than_an_asynchronous_endpoint_batches_is_refused_as_a_request_is(
+    client: TestClient, keys: dict[str, str], echo: Echo, demo: Container, acme: Principal
+) -> None:
+    add_fake(demo.registry, "acme", "small", endpoint_name="small-ep", endpoint_url="http://127.0.0.1:9", invocation="async", max_batch_size=2)
+    demo.deployments.create(acme, "small", {"kind": "single", "model": "small", "version": 1})
+    data, header = binary_body(3)
+    upload = make_upload(client, keys["acme"], deployment="small", content_type="application/octet-stream", size=len(data), header_size=header).json()
+    assert post_form(client, upload, data).status_code == 204
+    rows = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [3, 4], "data": list(range(12))}]}
+    in_line = client.post("/v2/models/small/infer", json=rows, headers=auth(keys["acme"]))
+    uploaded = client.post("/v2/models/small/infer", json={"inputs": [], "parameters": {"upload_id": upload["upload_id"]}}, headers=auth(keys["acme"]))
+    assert in_line.status_code == uploaded.status_code == 400, (in_line.text, uploaded.text)
+    assert "at most 2 rows" in uploaded.json()["error"] and uploaded.json()["field"] == "upload_id"
+    assert echo.calls == []  # nothing queued

@@ -159,6 +159,36 @@ def test_an_upload_is_refused_by_name_not_ignored(client: TestClient, keys: dict
             assert "HTTP" in refused["error"]
 
 
+INPUT = {"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [5.1, 3.5, 1.4, 0.2]}
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [{"binary_data_output": "yes"}, {"binary_data_output": True}, {"binary_data_output": 1}],
+)
+def test_binary_outputs_asked_of_a_message_are_refused_naming_the_field_as_http_refuses_a_bad_flag(
+    client: TestClient, keys: dict[str, str], parameters: dict[str, Any]
+) -> None:
+    """A message answers JSON: one asking its outputs in binary is refused by name, never
+    answered JSON as if it had not asked; a flag HTTP refuses is refused alike, naming it."""
+    v2 = {"inputs": [INPUT], "parameters": parameters}
+    over_http = client.post("/v2/models/iris/infer", json=v2, headers=auth(keys["acme"]))
+    with client.websocket_connect(URL, headers=auth(keys["acme"])) as ws:
+        refused = ask(ws, {"request_id": "b", "deployment": "iris", "v2": v2})
+        also = ask(ws, {"request_id": "o", "deployment": "iris", "v2": {"inputs": [INPUT], "outputs": [{"name": "output_label", "parameters": {"binary_data": True}}]}})
+        assert ask(ws, {"request_id": "ok", "deployment": "iris", "v2": {"inputs": [INPUT], "parameters": {"binary_data_output": False}}})["outputs"]
+    assert (refused["request_id"], refused["status"], refused["field"]) == ("b", 400, "parameters.binary_data_output"), refused
+    assert (also["status"], also["field"]) == (400, "outputs.parameters.binary_data"), also
+    if over_http.status_code == 400:  # a flag that is not one: the same refusal, the same field
+        assert (refused["code"], refused["field"]) == (over_http.json()["code"], over_http.json()["field"])
+
+
+def test_an_auth_message_on_an_open_connection_is_refused_under_its_own_request_id(client: TestClient, keys: dict[str, str]) -> None:
+    with client.websocket_connect(URL, headers=auth(keys["acme"])) as ws:
+        refused = ask(ws, {"action": "auth", "api_key": keys["globex"], "request_id": "mine"})
+    assert (refused["request_id"], refused["status"], refused["field"]) == ("mine", 400, "action"), refused
+
+
 def _limited(tmp_path: Path, acme: Principal, **settings: Any) -> tuple[TestClient, Container, str]:
     from sluice.demo import install_demo
 

@@ -213,3 +213,19 @@ def test_the_settings_the_cdk_app_and_the_docs_give_are_taken(monkeypatch: pytes
     for capture in ("firehose://sluice-capture", "file://~/capture", "file:///srv/my%20capture"):
         monkeypatch.setenv("SLUICE_CAPTURE", capture)
         Settings()
+
+
+@given(st.integers(60, 7 * 24 * 3600))
+@settings(max_examples=60, deadline=None)
+def test_an_upload_form_never_outlives_the_signer_session_it_is_signed_with(ttl: int) -> None:
+    """Where forms are signed with the upload signer role (an hour's session, as the CDK app
+    makes it), a form TTL past it is refused by name; without a signer, any TTL in range holds."""
+    from sluice.settings.serving import SIGNER_FORM_TTL_S, UploadSettings
+
+    assert UploadSettings(upload_form_ttl_s=ttl).upload_form_ttl_s == ttl
+    role = "arn:aws:iam::123456789012:role/sluice-upload-signer"
+    if ttl <= SIGNER_FORM_TTL_S:
+        assert UploadSettings(upload_form_ttl_s=ttl, upload_signer_role_arn=role).upload_form_ttl_s == ttl
+    else:
+        with pytest.raises(ValueError, match="SLUICE_UPLOAD_FORM_TTL_S"):
+            UploadSettings(upload_form_ttl_s=ttl, upload_signer_role_arn=role)

@@ -144,7 +144,7 @@ def _upload(data: bytes, header_size: int | None = None, content_type: str = "ap
 
 
 def test_an_upload_reads_as_the_body_of_the_route_that_names_it() -> None:
-    plain = json.dumps({"batch": [[1, 2, 3, 4]], "deployment": "d"}).encode()
+    plain = json.dumps({"batch": [[1, 2, 3, 4]], "deployment": "d"}).encode()  # a whole body, naming its own deployment
     inputs, outputs, bools = inputs_of_upload(plain, _upload(plain), "plain")
     assert inputs == RowInputs(batch=[[1, 2, 3, 4]]) and outputs is None and not bools
     v2 = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}], "outputs": [{"name": "y"}]}).encode()
@@ -153,7 +153,8 @@ def test_an_upload_reads_as_the_body_of_the_route_that_names_it() -> None:
     encoded = encode_request({"x": np.ones((2, 4), np.float32)}, binary_inputs=True)
     inputs, _, _ = inputs_of_upload(encoded.body, _upload(encoded.body, encoded.header_size), "v2")
     assert isinstance(inputs, ArrayInputs) and inputs.arrays["x"].shape == (2, 4)
-    for data, form in [(b"nope", "plain"), (b'{"inputs": [], "batch": []}', "plain"), (b"{}", "v2")]:
+    refused = [(b'{"batch": [[1]], "deployment": "other"}', "plain"), (b'{"batch": [[1]], "version": 2}', "plain")]
+    for data, form in [(b"nope", "plain"), (b'{"inputs": [], "batch": []}', "plain"), (b"{}", "v2"), *refused]:
         with pytest.raises(BadRequest) as caught:
             inputs_of_upload(data, _upload(data), form)
         assert caught.value.field == "upload_id"

@@ -105,7 +105,7 @@ async def predict(container: Container, principal: Principal, body: PredictionBo
     prediction = await container.predictions.predict(principal, request)
     content = {
         "request_id": rid,
-        **plain_body(prediction, several=body.batch is not None, return_probabilities=body.options.return_probabilities),
+        **plain_body(prediction, several=prediction.batch, return_probabilities=body.options.return_probabilities),
     }
     response = _respond(container, content, rid)
     if body.upload_id is not None:

@@ -25,6 +25,7 @@ from pydantic_core import from_json
 
 from sluice.api.errors import error_content
 from sluice.api.present import plain_body, v2_body
+from sluice.codecs.binary import binary_outputs
 from sluice.codecs.classification import asked
 from sluice.domain.errors import (
     BadRequest,
@@ -137,7 +138,9 @@ class Session:
                     field="body",
                 )
             message = _parse(raw)
-            request_id = _request_id(message)
+            request_id = _request_id(message)  # before any refusal of what it says: the refusal carries it
+            if message.get("action") == "auth":
+                raise BadRequest("this connection is authenticated already; its tenant was fixed when it opened", field="action")
             with self.admission.held(self.principal) if self.admission is not None else contextlib.nullcontext():
                 return await self._predict(message, request_id)
         except Exception as exc:
@@ -167,6 +170,9 @@ class Session:
             params = body.parameters or {}
             if params.get("upload_id") is not None:
                 raise BadRequest(UPLOADS_ARE_FOR_HTTP, field="upload_id")
+            if binary_outputs(params, body.outputs):  # a bad flag is refused there, naming it, as over HTTP
+                binary = "parameters.binary_data_output" if params.get("binary_data_output") else "outputs.parameters.binary_data"
+                raise BadRequest(f"{binary}: binary outputs are for the HTTP API; a WebSocket message answers JSON", field=binary)
             wanted = tuple(out.name for out in body.outputs) if body.outputs else None
             classify = asked((out.name, out.parameters) for out in body.outputs) if body.outputs else None
             request = PredictionRequest(
@@ -199,7 +205,7 @@ class Session:
             parameters=simple.parameters,
         )
         prediction = await self.container.predictions.predict(principal, request)
-        shaped = plain_body(prediction, several=simple.batch is not None, return_probabilities=simple.options.return_probabilities)
+        shaped = plain_body(prediction, several=prediction.batch, return_probabilities=simple.options.return_probabilities)
         return {"request_id": request_id, **shaped}
 
     def stats_due(self) -> bool:
@@ -237,8 +243,6 @@ def _parse(raw: bytes | str) -> dict[str, Any]:
         raise InvalidRequest(f"body: not valid JSON ({exc})", field="body") from None
     if not isinstance(message, dict):
         raise InvalidRequest("body: a message is a JSON object", field="body")
-    if message.get("action") == "auth":
-        raise BadRequest("this connection is authenticated already; its tenant was fixed when it opened", field="action")
     return message
 
 

@@ -87,7 +87,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.v2:
         print_json(v2_body(prediction, request_id=parsed.id, wanted=wanted, classify=classify))
     else:
-        print_json(plain_body(prediction, several=plain.batch is not None, return_probabilities=plain.options.return_probabilities))
+        print_json(plain_body(prediction, several=prediction.batch, return_probabilities=plain.options.return_probabilities))
     return 0
 
 

@@ -213,8 +213,10 @@ def predict_remote(
         pinned = "" if flags.version is None else f"/versions/{flags.version}"
         route = f"/v2/models/{quote(deployment, safe='')}{pinned}/infer"
     if path is not None and path.stat().st_size > upload_above:
-        upload_id = api.upload(deployment, path)
-        payload: Any = {"inputs": [], "parameters": {"upload_id": upload_id}} if v2 else {"upload_id": upload_id}
+        if v2:  # the file as it lies (an asynchronous endpoint gets it unchanged)
+            payload: Any = {"inputs": [], "parameters": {"upload_id": api.upload(deployment, path)}}
+        else:
+            payload = _uploaded_rows(api, deployment, path)
     elif path is not None:
         from sluice.codecs.json_text import loads_as_python
 
@@ -224,6 +226,27 @@ def predict_remote(
     payload = flags.applied(payload, deployment, v2=v2)
     status, headers, body = api.json("POST", route, payload)
     return api.outcome(status, headers, body, wait_s=wait_s)
+
+
+def _uploaded_rows(api: Api, deployment: str, path: Path) -> dict[str, Any]:
+    """A simple-JSON file too large to send in line: its rows (`inputs`, `features` or `batch`)
+    uploaded, as an upload holds them, and its other fields (`version`, `options`, ...) sent in
+    line beside the upload's id, read by the API's rules as they would be in line."""
+    import tempfile
+
+    from sluice.codecs.json_text import loads_as_python
+
+    body = loads_as_python(path.read_bytes())
+    if not isinstance(body, dict):
+        raise SluiceError(f"--file holds JSON {type(body).__name__}: a request is an object", field="file")
+    rows = {k: body[k] for k in ("inputs", "features", "batch") if k in body}
+    if len(rows) != 1:
+        return {**body, "upload_id": api.upload(deployment, path)}  # refused by the API, naming what
+    with tempfile.TemporaryDirectory() as tmp:
+        held = Path(tmp) / "rows.json"
+        held.write_text(json.dumps(rows))  # as the API is sent JSON here (`Api.json`): NaN and big integers as they came
+        upload_id = api.upload(deployment, held)
+    return {**{k: v for k, v in body.items() if k not in rows}, "upload_id": upload_id}
 
 
 def api_from(args: Any) -> Api | None:

@@ -109,6 +109,7 @@ class Prediction:
     latency_ms: float
     mirrored: int = 0  # shadow jobs handed to the mirror
     cached: bool = False  # answered from the prediction cache, not computed
+    batch: bool = False  # the rows came as a simple-JSON `batch` (in the request or its upload): answered as a list
 
     @property
     def result(self) -> InferenceResult:

@@ -26,7 +26,7 @@ from sluice.api.deps import MISSING_KEY, authenticate, request_id
 from sluice.api.ratelimit import RateLimit
 from sluice.codecs.classification import asked
 from sluice.codecs.plain import who_answered
-from sluice.domain.errors import PayloadTooLarge, SluiceError, Unauthenticated
+from sluice.domain.errors import BadRequest, PayloadTooLarge, SluiceError, Unauthenticated
 from sluice.domain.requests import PredictionRequest, TensorInputs, routing_key_of
 from sluice.domain.values import parse_version
 from sluice.grpc_service.calls import (
@@ -239,6 +239,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         message = request.message  # its fields; the raw contents are the request's (wire.InferRequest)
         rid = request_id({}, metadata, message.id, field="id")  # type: ignore[arg-type]
         params = {k: _parameter(v) for k, v in message.parameters.items()}
+        if params.get("upload_id") is not None:  # never read here: refused, as a WebSocket message's is, not ignored
+            raise BadRequest("upload_id: uploads are for the HTTP API; over gRPC, send the inputs in the message", field="upload_id")
         wanted = tuple(out.name for out in message.outputs) or None
         classify = asked((out.name, {k: _parameter(v) for k, v in out.parameters.items()}) for out in message.outputs)
         core = PredictionRequest(

@@ -28,7 +28,7 @@ from sluice.domain.errors import (
 )
 from sluice.domain.policy import MAX_DEPTH, Single, first_branch, walk
 from sluice.domain.policy_paths import legacy_bandit_subject
-from sluice.domain.requests import UploadInputs
+from sluice.domain.requests import RowInputs, UploadInputs
 from sluice.domain.results import Prediction, Resolved, rows_of
 from sluice.domain.signature import Signature
 from sluice.inference.batching import Batcher
@@ -158,7 +158,7 @@ class PredictionService:
                 if hit is None and self.cache.shared is not None:
                     hit = await self.cache.get_shared(dep, key, self.version_of)
                 if hit is not None:
-                    return self._hit(resolved, hit, started, fields, arrays, request.request_id)
+                    return self._hit(resolved, hit, started, fields, arrays, request.request_id, batch=_as_batch(request))
         stat_key = (dep.tenant, dep.name, dep.revision, "deployment")
         try:
             answer = await within(self.runner.run(resolved.node, call, arrays), self.settings.request_timeout_s)
@@ -203,7 +203,7 @@ class PredictionService:
                 self.capture.offer(dep, request.request_id, answer, arrays, latency_ms, signature.inputs)
             else:
                 self.capture.offer_records(dep, request.record_ids, request.record_offsets, answer, arrays, latency_ms, signature.inputs)
-        return Prediction(resolved, answer, latency_ms, len(call.mirrors))
+        return Prediction(resolved, answer, latency_ms, len(call.mirrors), batch=_as_batch(request))
 
     def _runtime_failed(self, dep: Deployment, fields: dict[str, Any], error: SluiceError, call: Call) -> None:
         """A failure of the run itself: counted for batch jobs' calls too, as it always was."""
@@ -224,7 +224,7 @@ class PredictionService:
 
     def _hit(
         self, resolved: Resolved, answer: Answer, started: float, fields: dict[str, Any], arrays: dict[str, np.ndarray],
-        request_id: str | None,
+        request_id: str | None, *, batch: bool,
     ) -> Prediction:  # fmt: skip
         """A kept answer: no inference, no shadow jobs, no statistics sample or profile (those
         count live computations only); telemetry counts the request and the hit, and the answer
@@ -236,7 +236,7 @@ class PredictionService:
         rows = rows_of(arrays)
         self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=True)
         self._keep(resolved.deployment, answer, request_id, rows)
-        return Prediction(resolved, answer, latency_ms, 0, cached=True)
+        return Prediction(resolved, answer, latency_ms, 0, cached=True, batch=batch)
 
     def decode(self, signature: Signature, request: PredictionRequest, *, answers: Signature | None = None) -> dict[str, np.ndarray]:
         """The request's inputs as arrays, checked against `signature` (`sluice.inference.inputs`)."""
@@ -407,3 +407,9 @@ class PredictionService:
             if held is not None and held.due():
                 held.flush()
 
+
+def _as_batch(request: PredictionRequest) -> bool:
+    """Whether the rows came as a simple-JSON `batch` (a list answers them, one row or many),
+    in the request or in the upload it named."""
+    inputs = request.inputs
+    return isinstance(inputs, RowInputs) and inputs.batch is not None

@@ -28,7 +28,9 @@ from sluice.codecs.triton import (
 from sluice.domain.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from sluice.domain.requests import ArrayInputs, RowInputs, Tensor, TensorInputs
 from sluice.domain.uploads import OCTET_STREAM, UPLOAD_ID, Upload
-from sluice.domain.values import decimal
+from sluice.domain.values import decimal, shown
+
+ROW_FIELDS = ("inputs", "features", "batch")  # what a simple-JSON upload holds: one of them, and nothing else
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -200,14 +202,30 @@ def inputs_of_upload(data: bytes, upload: Upload, form: str) -> tuple[Inputs, tu
             raise BadRequest(f"upload '{upload.id}' is not JSON", field="upload_id") from None
         except NestedTooDeep as exc:
             raise BadRequest(f"upload '{upload.id}': {exc.message}", field="upload_id") from None
-        given = {k: body[k] for k in ("inputs", "features", "batch") if isinstance(body, dict) and body.get(k) is not None}
+        given = {k: body[k] for k in ROW_FIELDS if isinstance(body, dict) and body.get(k) is not None}
         if len(given) != 1:
             raise BadRequest(f"upload '{upload.id}' must hold exactly one of inputs, features or batch", field="upload_id")
+        # A field beside the rows is read nowhere: refused, never dropped (a version, options, ...);
+        # a whole body uploaded may name its deployment, the upload's.
+        other = next((k for k in body if k not in ROW_FIELDS and not (k == "deployment" and body[k] == upload.deployment)), None)
+        if other is not None:
+            raise BadRequest(
+                f"upload '{upload.id}' holds the field {shown(other)}: an upload holds the rows (inputs, features or batch) only; "
+                "give the request's other fields in the request that names the upload",
+                field="upload_id",
+            )
         return RowInputs(**given), None, bools
     try:
         request = InferenceRequest.model_validate_json(header)
     except ValidationError:
         raise BadRequest(f"upload '{upload.id}' is not a v2 inference request", field="upload_id") from None
+    asked = next((f"output {shown(o.name)}" for o in request.outputs or () if o.parameters), "the request" if request.parameters else None)
+    if asked is not None:  # binary_data_output, classification, ...: read nowhere here, so refused, never dropped
+        raise BadRequest(
+            f"upload '{upload.id}' gives {asked} parameters: an upload read here holds the inputs and the outputs' names only; "
+            "give parameters in the request that names the upload",
+            field="upload_id",
+        )
     outputs = tuple(o.name for o in request.outputs) if request.outputs else None
     if size is None:
         tensors = tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in request.inputs)

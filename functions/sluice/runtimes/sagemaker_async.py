@@ -101,7 +101,7 @@ class AsyncInference:
         loop = asyncio.get_running_loop()
         if upload.header_size:
             header = await loop.run_in_executor(self._executor(), lambda: upload.read(0, upload.header_size))
-            check_upload_header(header, upload, version)
+            check_upload_header(header, upload, version, max_rows=target.max_batch_size if target.batched else None)
         await self._enqueue(
             version, target, uuid.uuid4().hex, upload.uri, upload.size, upload.content_type, lambda: upload.read(), upload=upload.id
         )
@@ -215,11 +215,12 @@ class AsyncInference:
         self.results.put(tenant, result_id, "output", raw, content_type=answered_type)
 
 
-def check_upload_header(header: bytes, upload: Upload, version: ModelVersion) -> None:
+def check_upload_header(header: bytes, upload: Upload, version: ModelVersion, *, max_rows: int | None = None) -> None:
     """An uploaded binary+json body's JSON header, checked before the body is handed on. The
     header is the caller's, any JSON at all: whatever is wrong with it is bad input, a 400
     naming `upload_id` and saying what, never a member of another shape read as if it were
-    the one a v2 request has."""
+    the one a v2 request has. An input of more rows than `max_rows` (the endpoint's
+    `max_batch_size`) is refused as a request's would be: one result is one invocation."""
     try:
         found = json.loads(header)
     except (ValueError, RecursionError):  # not JSON, or nested deeper than the stack reads
@@ -241,6 +242,14 @@ def check_upload_header(header: bytes, upload: Upload, version: ModelVersion) ->
         if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
             raise _bad_header(f"gives input '{shown}' a binary_data_size that is not a whole number of bytes")
         tail += size or 0
+        shape = tensor.get("shape")
+        rows = shape[0] if isinstance(shape, list) and shape and isinstance(shape[0], int) and not isinstance(shape[0], bool) else None
+        if max_rows is not None and rows is not None and rows > max_rows:
+            raise InvalidInput(
+                f"an asynchronous request takes at most {max_rows} rows (the endpoint's max_batch_size); the upload's input "
+                f"'{shown}' has {rows}: send a batch job instead",
+                field="upload_id",
+            )
     if (upload.header_size or 0) + tail != upload.size:
         raise InvalidInput(
             f"the upload is {upload.size} bytes but its header and binary_data_size add up to {(upload.header_size or 0) + tail}",

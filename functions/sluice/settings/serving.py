@@ -4,9 +4,9 @@ uploads and `sluice serve`'s connections (who may ask how much: admission.py).""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Self
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 
 from sluice.settings.process import C_INT_MAX, Group, MiB, Seconds, unset_if_empty
 
@@ -170,6 +170,9 @@ class SnapStartSettings(Group):
     )
 
 
+SIGNER_FORM_TTL_S = 3600 - 60  # the signer role's session (its longest, as the CDK app makes it), less a minute
+
+
 class UploadSettings(Group):
     """Read by the upload service, the route an upload's form is posted to and the wiring
     (the signer role)."""
@@ -191,7 +194,8 @@ class UploadSettings(Group):
         default=900,
         ge=60,
         le=7 * 24 * 3600,
-        description="How long the form an upload answers (an S3 presigned POST on AWS) may be posted.",
+        description="How long the form an upload answers (an S3 presigned POST on AWS) may be posted; at most 3540 "
+        "where forms are signed with `SLUICE_UPLOAD_SIGNER_ROLE_ARN` (its session's hour, less a minute).",
     )
     upload_body_timeout_s: Seconds = Field(
         default=20.0,
@@ -219,6 +223,18 @@ class UploadSettings(Group):
         description="The role upload forms are signed with on AWS, assumed per tenant (session tag `tenant`): "
         "it may put objects under that tenant's uploads prefix only. Unset: signed with the function's own role.",
     )
+
+    @model_validator(mode="after")
+    def _forms_outlive_no_signer_session(self) -> Self:
+        """A form signed with the signer role's session is refused by S3 once the session ends
+        (an hour: the role's longest): none may say it lasts longer."""
+        if self.upload_signer_role_arn and self.upload_form_ttl_s > SIGNER_FORM_TTL_S:
+            raise ValueError(
+                f"SLUICE_UPLOAD_FORM_TTL_S is {self.upload_form_ttl_s}: forms signed with the upload signer role "
+                f"(SLUICE_UPLOAD_SIGNER_ROLE_ARN) last at most {SIGNER_FORM_TTL_S} seconds, the role's one-hour session "
+                "less a minute"
+            )
+        return self
 
 
 class ServeSettings(Group):

@@ -121,6 +121,14 @@ def test_bad_inputs_are_invalid_argument_naming_the_input(grpc_url: str, keys: d
     assert "input 'input' is FP32, not FP64" in fails(client.infer, "iris", [typed], headers=auth(keys["acme"])).message()
 
 
+def test_an_upload_id_is_refused_naming_it_not_ignored(grpc_url: str, keys: dict[str, str]) -> None:
+    """An upload is the HTTP API's: a gRPC request naming one is refused, as a WebSocket
+    message's is, rather than answered from the inputs it carries as if the upload were read."""
+    client = grpcclient.InferenceServerClient(grpc_url)
+    refused = fails(client.infer, "iris", [fp32("input", np.zeros((1, 4)))], parameters={"upload_id": "a" * 32}, headers=auth(keys["acme"]))
+    assert refused.status() == "StatusCode.INVALID_ARGUMENT" and "upload_id" in refused.message()
+
+
 def test_a_request_id_is_at_most_128_characters_as_over_rest(grpc_url: str, keys: dict[str, str]) -> None:
     """`id` is part of a registry key (a split's assignment, a kept prediction): one longer than
     REST takes is INVALID_ARGUMENT naming it, on every registry, not a 5xx on DynamoDB alone."""
