@@ -212,8 +212,9 @@ def test_a_prediction_is_the_same_in_this_process_and_through_the_api(
 
 @pytest.mark.parametrize(
     "extra",
-    [{}, {"version": 1}, {"version": 7}, {"options": {"return_probabilities": False}}, {"options": {"return_probabilities": True}}, {"no_such_field": 1}],
-    ids=["rows-only", "version", "no-such-version", "no-probabilities", "probabilities", "unknown-field"],
+    [{}, {"version": 1}, {"version": 7}, {"options": {"return_probabilities": False}}, {"options": {"return_probabilities": True}}, {"no_such_field": 1},
+     {"inputs": None, "version": None}, {"inputs": [[5.1, 3.5, 1.4, 0.2]]}],
+    ids=["rows-only", "version", "no-such-version", "no-probabilities", "probabilities", "unknown-field", "nulls", "two-rows-fields"],
 )
 def test_a_files_own_fields_are_read_alike_in_line_and_through_an_upload(
     served: tuple[str, str, Echo], tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: dict[str, Any]
@@ -230,6 +231,26 @@ def test_a_files_own_fields_are_read_alike_in_line_and_through_an_upload(
         answer = json.loads(out) if code == 0 else None
         outcomes.append((code, answer and steady(answer), err.strip().splitlines()[-1] if code else ""))  # the CLI's message, not the server's log
     assert outcomes[0] == outcomes[1]
-    assert (outcomes[0][0] == 0) is (extra.get("version", 1) == 1 and "no_such_field" not in extra)
+    assert (outcomes[0][0] == 0) is (extra.get("version") in (1, None) and "no_such_field" not in extra and not extra.get("inputs"))
     if outcomes[0][0] == 0:
         assert len(outcomes[0][1]["predictions"]) == 1  # a batch of one row answers a list, in line or not
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"id": "mine"}, {"parameters": {"segment": "web"}}, {"parameters": {"binary_data_output": False}},
+     {"outputs": [{"name": "output_probability", "parameters": {"classification": 2}}]}, {"outputs": [{"name": "output_label"}]}],
+    ids=["inputs-only", "id", "parameter", "binary-off", "classification", "an-output"],
+)  # fmt: skip
+def test_a_v2_files_parameters_are_read_alike_in_line_and_through_an_upload(
+    served: tuple[str, str, Echo], tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: dict[str, Any]
+) -> None:
+    url, key, _ = served
+    body = tmp_path / "v2.json"
+    body.write_text(json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [6.7, 3.0, 5.2, 2.3]}], **extra}))
+    outcomes = []
+    for above in ("100000", "10"):  # in line, then through an upload
+        code, out, err = run_cli(capsys, "predict", "iris", "--v2", "--file", str(body), "--api", url, "--api-key", key, "--upload-above", above)
+        assert code == 0, err
+        outcomes.append(steady(json.loads(out)))
+    assert outcomes[0] == outcomes[1]

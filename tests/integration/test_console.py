@@ -130,7 +130,7 @@ def test_the_api_function_serves_the_console_behind_api_gateway(demo: object, bu
     api.app.state.container = demo
     try:
         responses = {}
-        for path in ("/console/", "/console/assets/app-1.js", "/console/nope"):
+        for path in ("/console/", "/console/assets/app-1.js", "/console/nope", "/console/\ud800", "/console/a\x00.js"):
             e = {**event, "resource": "/console/{proxy+}", "path": path, "httpMethod": "GET"}
             e["requestContext"] = {**event["requestContext"], "path": f"/prod{path}", "resourcePath": "/console/{proxy+}"}
             responses[path] = api.handler(e, LambdaContext())
@@ -144,7 +144,8 @@ def test_the_api_function_serves_the_console_behind_api_gateway(demo: object, bu
     body = base64.b64decode(page["body"]).decode() if page.get("isBase64Encoded") else page["body"]
     assert "./assets/app-1.js" in body
     assert responses["/console/assets/app-1.js"]["statusCode"] == 200
-    assert responses["/console/nope"]["statusCode"] == 404
+    for path in ("/console/nope", "/console/\ud800", "/console/a\x00.js"):  # a path an event may carry, no file holds
+        assert responses[path]["statusCode"] == 404, (path, responses[path])
 
 
 def test_the_apps_lifespan_passes_by_the_console(demo: object) -> None:

@@ -213,10 +213,7 @@ def predict_remote(
         pinned = "" if flags.version is None else f"/versions/{flags.version}"
         route = f"/v2/models/{quote(deployment, safe='')}{pinned}/infer"
     if path is not None and path.stat().st_size > upload_above:
-        if v2:  # the file as it lies (an asynchronous endpoint gets it unchanged)
-            payload: Any = {"inputs": [], "parameters": {"upload_id": api.upload(deployment, path)}}
-        else:
-            payload = _uploaded_rows(api, deployment, path)
+        payload: Any = _uploaded_v2(api, deployment, path) if v2 else _uploaded_rows(api, deployment, path)
     elif path is not None:
         from sluice.codecs.json_text import loads_as_python
 
@@ -232,21 +229,47 @@ def _uploaded_rows(api: Api, deployment: str, path: Path) -> dict[str, Any]:
     """A simple-JSON file too large to send in line: its rows (`inputs`, `features` or `batch`)
     uploaded, as an upload holds them, and its other fields (`version`, `options`, ...) sent in
     line beside the upload's id, read by the API's rules as they would be in line."""
-    import tempfile
+    body = _object_in(path)
+    rows = {k: body[k] for k in ("inputs", "features", "batch") if body.get(k) is not None}  # as the API reads them
+    if len(rows) != 1:
+        raise SluiceError("give exactly one of 'inputs', 'features' or 'batch'", field="inputs")  # the API's words
+    return {**{k: v for k, v in body.items() if k not in rows}, "upload_id": _upload_json(api, deployment, rows)}
 
+
+def _uploaded_v2(api: Api, deployment: str, path: Path) -> dict[str, Any]:
+    """A v2 file too large to send in line: as it lies where it asks nothing beside its inputs and
+    the outputs it names (an asynchronous endpoint gets it unchanged); else its inputs and output
+    names uploaded, and its id, parameters and outputs sent in line beside the upload's id, where
+    the API reads them (an upload read in process gives none)."""
+    body = _object_in(path)
+    outputs = body.get("outputs") if isinstance(body.get("outputs"), list) else []
+    asks = body.get("id") is not None or body.get("parameters") or any(isinstance(o, dict) and o.get("parameters") for o in outputs)
+    if not asks:
+        return {"inputs": [], "parameters": {"upload_id": api.upload(deployment, path)}}
+    named = [{"name": o["name"]} for o in outputs if isinstance(o, dict) and "name" in o]
+    upload_id = _upload_json(api, deployment, {"inputs": body.get("inputs"), **({"outputs": named} if named else {})})
+    held = body.get("parameters") if isinstance(body.get("parameters"), dict) else {}
+    return {**body, "inputs": [], "parameters": {**held, "upload_id": upload_id}}
+
+
+def _object_in(path: Path) -> dict[str, Any]:
     from sluice.codecs.json_text import loads_as_python
 
     body = loads_as_python(path.read_bytes())
     if not isinstance(body, dict):
         raise SluiceError(f"--file holds JSON {type(body).__name__}: a request is an object", field="file")
-    rows = {k: body[k] for k in ("inputs", "features", "batch") if k in body}
-    if len(rows) != 1:
-        return {**body, "upload_id": api.upload(deployment, path)}  # refused by the API, naming what
+    return body
+
+
+def _upload_json(api: Api, deployment: str, body: dict[str, Any]) -> str:
+    """`body` uploaded as JSON (written as `Api.json` writes a request: NaN and big integers as
+    they came): its upload id."""
+    import tempfile
+
     with tempfile.TemporaryDirectory() as tmp:
-        held = Path(tmp) / "rows.json"
-        held.write_text(json.dumps(rows))  # as the API is sent JSON here (`Api.json`): NaN and big integers as they came
-        upload_id = api.upload(deployment, held)
-    return {**{k: v for k, v in body.items() if k not in rows}, "upload_id": upload_id}
+        held = Path(tmp) / "body.json"
+        held.write_text(json.dumps(body))
+        return api.upload(deployment, held)
 
 
 def api_from(args: Any) -> Api | None:

@@ -58,7 +58,7 @@ def _file(path: str) -> Path | None:
     candidate = STATIC.joinpath(*parts)
     try:
         resolved = candidate.resolve(strict=True)
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, ValueError):  # ValueError: a name no file system holds (a lone surrogate)
         return None
     if not resolved.is_file() or not resolved.is_relative_to(STATIC.resolve()):
         return None

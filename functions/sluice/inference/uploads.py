@@ -206,8 +206,9 @@ def inputs_of_upload(data: bytes, upload: Upload, form: str) -> tuple[Inputs, tu
         if len(given) != 1:
             raise BadRequest(f"upload '{upload.id}' must hold exactly one of inputs, features or batch", field="upload_id")
         # A field beside the rows is read nowhere: refused, never dropped (a version, options, ...);
-        # a whole body uploaded may name its deployment, the upload's.
-        other = next((k for k in body if k not in ROW_FIELDS and not (k == "deployment" and body[k] == upload.deployment)), None)
+        # one null where a body in line may leave it null asks nothing, and a whole body uploaded
+        # may name its deployment, the upload's.
+        other = next((k for k, v in body.items() if k not in ROW_FIELDS and not _asks_nothing(k, v, upload)), None)
         if other is not None:
             raise BadRequest(
                 f"upload '{upload.id}' holds the field {shown(other)}: an upload holds the rows (inputs, features or batch) only; "
@@ -219,11 +220,13 @@ def inputs_of_upload(data: bytes, upload: Upload, form: str) -> tuple[Inputs, tu
         request = InferenceRequest.model_validate_json(header)
     except ValidationError:
         raise BadRequest(f"upload '{upload.id}' is not a v2 inference request", field="upload_id") from None
-    asked = next((f"output {shown(o.name)}" for o in request.outputs or () if o.parameters), "the request" if request.parameters else None)
-    if asked is not None:  # binary_data_output, classification, ...: read nowhere here, so refused, never dropped
+    asked = next((f"output {shown(o.name)} parameters" for o in request.outputs or () if o.parameters), "the request parameters" if request.parameters else None)
+    if asked is None and request.id is not None:
+        asked = "an id"
+    if asked is not None:  # binary_data_output, classification, an id to echo ...: read nowhere here, so refused, never dropped
         raise BadRequest(
-            f"upload '{upload.id}' gives {asked} parameters: an upload read here holds the inputs and the outputs' names only; "
-            "give parameters in the request that names the upload",
+            f"upload '{upload.id}' gives {asked}: an upload read here holds the inputs and the outputs' names only; "
+            "give parameters and the id in the request that names the upload",
             field="upload_id",
         )
     outputs = tuple(o.name for o in request.outputs) if request.outputs else None
@@ -231,6 +234,15 @@ def inputs_of_upload(data: bytes, upload: Upload, form: str) -> tuple[Inputs, tu
         tensors = tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in request.inputs)
         return TensorInputs(tensors), outputs, bools
     return ArrayInputs(*decode_inputs(request.inputs, memoryview(data)[size:])), outputs, bools
+
+
+def _asks_nothing(name: str, value: Any, upload: Upload) -> bool:
+    from sluice.types.api import PredictionRequest as PredictionBody
+
+    if name == "deployment":
+        return value == upload.deployment
+    field = PredictionBody.model_fields.get(name)
+    return value is None and field is not None and field.default is None
 
 
 async def request_from_upload(
