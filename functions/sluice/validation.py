@@ -10,7 +10,7 @@ import numpy as np
 from sluice.caching import keep
 from sluice.codecs.casts import cast_exact, holds_text
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
-from sluice.domain.errors import InvalidInput, PayloadTooLarge
+from sluice.domain.errors import InvalidInput, NotFinite, PayloadTooLarge
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -89,7 +89,7 @@ def check_inputs(
                 text = ": text or numbers, not null, true/false, an object or a list" if spec.datatype == "BYTES" else ""
                 raise InvalidInput(f"input '{spec.name}' must hold {spec.datatype} values{text}", field=where) from None
         if spec.datatype in FLOAT_TYPES and spec.name not in finite and not np.isfinite(array).all():
-            raise InvalidInput(f"input '{spec.name}' holds NaN or infinite values", field=where)
+            raise NotFinite(f"input '{spec.name}' holds NaN or infinite values", field=where)
         ready[spec.name] = array
     return ready
 

@@ -260,9 +260,12 @@ def test_a_lambda_function_gets_json_rows_and_large_batches_as_arrow(world: Worl
         ({"outputs": [{"name": "features", "datatype": "FP32", "shape": [2, 2], "data": [0.0] * 4}]}, None, 502, "output 'features', which it does not declare"),
         ({"errorType": "KeyError", "errorMessage": "'raw' secret detail", "stackTrace": []}, "Unhandled", 502, "failed (KeyError)"),
         ({"errorType": "Sandbox.Timedout", "errorMessage": "Task timed out after 5.00 seconds"}, "Unhandled", 504, "ran past its own Lambda timeout"),
+        ({"errorMessage": "2026-12-01T10:00:00.000Z 1f2e Task timed out after 5.00 seconds"}, "Unhandled", 504, "ran past its own Lambda timeout"),
+        ({"errorType": "KeyError", "errorMessage": "upstream timed out", "stackTrace": []}, "Unhandled", 502, "failed (KeyError)"),
+        ({"errorType": "TimeoutError", "errorMessage": "Task timed out after 5.00 seconds", "stackTrace": []}, "Unhandled", 502, "failed (TimeoutError)"),
         ("not a tensor map", None, 502, "not an object with 'outputs'"),
     ],
-    ids=["shape", "undeclared-output", "function-error", "lambda-timeout", "malformed"],
+    ids=["shape", "undeclared-output", "function-error", "lambda-timeout", "lambda-timeout-untyped", "own-error-saying-timed-out", "own-error-as-lambdas", "malformed"],
 )
 def test_a_lambda_step_that_fails_or_answers_wrongly_fails_the_request_naming_the_step(
     world: World, answer: Any, function_error: str | None, status: int, words: str
@@ -388,14 +391,23 @@ async def _predict_with(world: World, steps: Any) -> int:
 
 
 def test_a_functions_nan_is_refused_by_the_model_after_it_though_a_transform_before_made_that_name_finite(world: World) -> None:
+    """Refused as the function's answer (a 502 naming its step, counted against it), never as
+    the caller's bad input: the caller sent finite values, the function made the NaN."""
     embedding = [{"name": "embedding", "datatype": "FP32", "shape": [-1, 2]}]
     clip = {"kind": "transform", "inputs": embedding, "ops": [{"op": "clip", "input": "embedding", "min": -100.0, "max": 100.0}]}
     nan = {"kind": "function", "function": "features:nan", "inputs": embedding, "outputs": embedding}
     policy = {"kind": "sequence", "steps": [{"name": "prep", "target": clip}, {"name": "features", "target": nan}, {"name": "score", "target": {"model": "score", "version": 1}}]}
     assert world.save("nan", policy).status_code in (200, 201)
     r = world.client.post("/api/v1/predictions", json={"deployment": "nan", "batch": [{"embedding": [1, 2]}]}, headers=world.acme)
-    assert r.status_code == 400, r.text
-    assert (r.json()["error"], r.json()["field"]) == ("step 'score': input 'embedding' holds NaN or infinite values", "inputs.embedding")
+    assert r.status_code == 502, r.text
+    error = r.json()
+    assert error["error"].startswith("step 'features': function features:nan answered NaN or infinite values, which step 'score' cannot take")
+    assert error["details"]["step"] == "features" and error["code"] != "invalid_input"
+    # a NaN the caller sent straight to the model is still the caller's: a 400 naming the input
+    direct = {"kind": "sequence", "steps": [{"name": "prep", "target": {**clip, "ops": [{"op": "keep", "names": ["embedding"]}]}}, {"name": "score", "target": {"model": "score", "version": 1}}]}
+    assert world.save("direct", direct).status_code in (200, 201)
+    mine = world.client.post("/api/v1/predictions", content=b'{"deployment": "direct", "batch": [{"embedding": [NaN, 2]}]}', headers={**world.acme, "content-type": "application/json"})
+    assert mine.status_code == 400 and mine.json()["code"] == "invalid_input", mine.text
 
 
 @pytest.mark.parametrize(("function", "kind"), [("exits", "SystemExit"), ("interrupts", "KeyboardInterrupt"), ("cancels", "CancelledError"), ("odd", "Odd")])
@@ -577,3 +589,26 @@ def test_a_majority_vote_over_a_members_nan_labels_is_a_502_naming_the_member(wo
     r = world.client.post("/api/v1/predictions", json={"deployment": "votes", "batch": [{"embedding": [1, 2]}]}, headers=world.acme)
     assert r.status_code == 502, r.text
     assert r.json()["details"]["member"] == "a" and "member 'a' answered a NaN label" in r.json()["error"]
+
+
+def test_a_function_taken_off_the_allowlist_is_refused_even_where_its_answer_is_cached(world: World) -> None:
+    """Taking an ARN off the list stops it at once, cached answers too: a deployment whose
+    cache holds the step's earlier answer runs the policy instead, which refuses it by name."""
+    from sluice.settings import FunctionSettings
+
+    r = world.client.post(
+        "/api/v1/deployments", json={"name": "cached-fn", "policy": chain(ACME_ARN, deterministic=True), "cache": {"ttl_s": 600, "max_entries": 100}},
+        headers=world.acme,
+    )  # fmt: skip
+    assert r.status_code in (200, 201), r.text
+    world.answers(json.dumps({"outputs": [{"name": "embedding", "datatype": "FP32", "shape": [2, 2], "data": embedding_of(ROWS).reshape(-1).tolist()}]}).encode())
+    assert world.predict("cached-fn", ROWS).status_code == 200
+    assert world.predict("cached-fn", ROWS).json().get("cached") is True  # kept, and answered from the cache
+    steps = world.container.functions
+    kept = steps.settings
+    steps.settings = FunctionSettings(function_arns={"globex": [GLOBEX_ARN]})  # the operator took acme's grant away
+    try:
+        refused = world.predict("cached-fn", ROWS)
+    finally:
+        steps.settings = kept
+    assert refused.status_code == 403 and refused.json()["details"]["step"] == "features", refused.text

@@ -238,3 +238,51 @@ def test_a_malformed_output_of_a_lambda_answer_is_named_as_the_output_it_is(tens
     with pytest.raises(BackendError) as caught:
         decode_answer(raw, what="function features:f")
     assert said in caught.value.message and "input" not in caught.value.message, caught.value.message
+
+
+def _stream(table: Any, compression: str | None) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(0, 40), chunks=st.integers(1, 3), compression=st.sampled_from([None, "lz4", "zstd"]),
+    dictionary=st.booleans(), listed=st.booleans(),
+)  # fmt: skip
+def test_an_arrow_answer_is_read_as_sent_and_a_compressed_or_encoded_one_is_refused_unread(
+    rows: int, chunks: int, compression: str | None, dictionary: bool, listed: bool
+) -> None:
+    """What pyarrow wrote compressed is told so from the messages' metadata alone (every batch
+    and dictionary); such an answer, or one with a dictionary-encoded column (a few values
+    repeated into any number of rows), is a 502 naming why, never unpacked; a plain one reads
+    back as written, its rows checked against those sent."""
+    import base64
+
+    import pyarrow as pa
+
+    from sluice.codecs.function_payloads import compressed_ipc
+
+    x = np.arange(rows * 2, dtype=np.float32)
+    columns: dict[str, Any] = {"out": pa.FixedSizeListArray.from_arrays(pa.array(x), 2) if listed else pa.array(x[:rows])}
+    if dictionary:
+        columns["label"] = pa.array(["a", "b"] * (rows // 2) + ["a"] * (rows % 2)).dictionary_encode()
+    table = pa.table(columns)
+    batches = table.to_batches(max_chunksize=max(1, -(-rows // chunks))) or table.to_batches()
+    written = pa.Table.from_batches(batches, table.schema)
+    data = _stream(written, compression)
+    packed = compression is not None and len(written.to_batches()) > 0  # a stream of no batch has no buffers to pack
+    assert compressed_ipc(data) is packed
+    raw = json.dumps({"arrow": base64.b64encode(data).decode()}).encode()
+    if packed or dictionary:
+        with pytest.raises(BackendError, match="compressed" if packed else "dictionary"):
+            decode_answer(raw, what="function f", rows=rows)
+        return
+    decoded = decode_answer(raw, what="function f", rows=rows)
+    assert decoded["out"].tolist() == (x.reshape(rows, 2) if listed else x[:rows]).tolist()
+    with pytest.raises(BackendError, match=f"holds {rows} rows for the {rows + 1} sent"):
+        decode_answer(raw, what="function f", rows=rows + 1)

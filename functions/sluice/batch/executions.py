@@ -119,7 +119,7 @@ def _check_overlap(batch: BatchService, tenant: str, name: str, when: float | No
         if made is not None:
             if made.scheduled_for == when:  # another delivery of this time
                 raise RunSkipped(name, f"run {made.id} is the schedule's run for this time ({_iso(when)})", running=made.id)
-            registry.update_schedule(tenant, name, skipped=schedule.skipped + 1, last_skipped_at=now())  # a time not run: counted
+            _skip_counted(registry, schedule, when)  # a time not run: counted, once
             raise RunSkipped(name, f"run {made.id} is the schedule's run for a later time ({_iso(made.scheduled_for)})", running=made.id)
     going = next((j for j in runs if not batch.settled(j, ask=True).terminal), None)
     if going is None:
@@ -132,8 +132,25 @@ def _check_overlap(batch: BatchService, tenant: str, name: str, when: float | No
         if when is not None:
             _wait_noted(registry, schedule, when)
         raise RunQueued(name, going.id)
-    registry.update_schedule(tenant, name, skipped=schedule.skipped + 1, last_skipped_at=now())
+    _skip_counted(registry, schedule, when)
     raise RunSkipped(name, f"run {going.id} is still {going.status}", running=going.id)
+
+
+def _skip_counted(registry: Any, schedule: Schedule, when: float | None) -> None:
+    """A scheduled time skipped, counted once however often it is delivered (EventBridge
+    Scheduler delivers at least once; Step Functions retries CreateJob): `last_skipped_at` is
+    the time skipped, as the local scheduler keeps it, and the count a conditional write on it,
+    as refusals are counted (`refused_runs.refuse_run`). A run started by hand (no time) counts
+    each skip."""
+    from sluice.domain.errors import StaleRead
+
+    if when is not None and schedule.last_skipped_at == when:
+        return  # counted already: this time, delivered again
+    with suppress(StaleRead, NotFound):  # another delivery counted it first; or the schedule is gone
+        registry.update_schedule(
+            schedule.tenant, schedule.name, skipped=schedule.skipped + 1, last_skipped_at=when if when is not None else now(),
+            expect={"last_skipped_at": schedule.last_skipped_at},
+        )  # fmt: skip
 
 
 def _wait_noted(registry: Any, schedule: Schedule, when: float) -> None:

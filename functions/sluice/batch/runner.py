@@ -248,6 +248,8 @@ class BatchRunner:
             # Cancelled, or found dead, meanwhile: that stands, the table must not serve it, and
             # the folder must not say otherwise.
             done = self.registry.get_job(tenant, job_id)
+            if done.status == "SUCCEEDED":  # a repeat of this step (a retried Finalize) finished it first: it stands
+                return job_summary(done)
             withdraw_job(self.precomputed, done)
             if self._folder_is_its(done):
                 with contextlib.suppress(SluiceError):

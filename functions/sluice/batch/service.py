@@ -252,7 +252,7 @@ class BatchService:
         except NotFound:
             pass
         else:
-            return self._start(found, retried=True) if _start_failed(found) else found
+            return self._start(found, retried=True) if _still_to_start(found, self.orchestrator) else found
         principal = _uploader(tenant)
         try:
             check_name(tenant, field="tenant")
@@ -343,9 +343,15 @@ class BatchService:
             ) from None
 
 
-def _start_failed(job: BatchJob) -> bool:
-    """An upload's job whose start failed (`_start`), still to be started."""
-    return job.status == "PENDING" and job.error is not None and job.execution is None
+def _still_to_start(job: BatchJob, orchestrator: Any) -> bool:
+    """An upload's job still to be started: PENDING with no execution, where its start failed
+    (`_start` said why), or where the orchestrator names each execution after its job (Step
+    Functions: a second start is a repeat, harmless), so that one whose invoker died between
+    making it and starting it (a timeout, memory) is started by the event's retry rather than
+    left PENDING with nothing to run it. A local orchestrator's job queued to run is not."""
+    if job.status != "PENDING" or job.execution is not None:
+        return False
+    return job.error is not None or (orchestrator is not None and not orchestrator.keeps_heartbeat)
 
 
 def _uploader(tenant: str) -> Principal:

@@ -56,11 +56,26 @@ def to_arrow(arrays: dict[str, np.ndarray]) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def from_arrow(data: bytes) -> dict[str, np.ndarray]:
-    """An Arrow IPC stream's columns as arrays: `[rows]`, or `[rows, k]` for a list column."""
+def from_arrow(data: bytes, rows: int | None = None) -> dict[str, np.ndarray]:
+    """An Arrow IPC stream's columns as arrays: `[rows]`, or `[rows, k]` for a list column.
+
+    Read as sent, never made larger than it came: a stream whose buffers are compressed (LZ4,
+    ZSTD: a few kilobytes may unpack to gigabytes) or a column dictionary- or run-end-encoded
+    (a few values repeated into any number of rows) is refused before anything is unpacked or
+    expanded, as is one of other than `rows` rows where the caller knows how many it sent."""
     import pyarrow as pa
 
+    if compressed_ipc(data):
+        raise ValueError("the stream's buffers are compressed: answer an uncompressed stream")
     table = pa.ipc.open_stream(data).read_all()
+    if rows is not None and table.num_rows != rows:
+        raise ValueError(f"the stream holds {table.num_rows} rows for the {rows} sent")
+    for field in table.schema:
+        kind = field.type
+        while pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+            kind = kind.value_type
+        if pa.types.is_dictionary(kind) or pa.types.is_run_end_encoded(kind):
+            raise ValueError(f"column '{field.name}' is {kind}: answer its values as they are")
     out: dict[str, np.ndarray] = {}
     for name in table.column_names:
         column = table.column(name).combine_chunks()
@@ -80,15 +95,58 @@ def from_arrow(data: bytes) -> dict[str, np.ndarray]:
     return out
 
 
+def compressed_ipc(data: bytes) -> bool:
+    """Whether any record batch of an Arrow IPC stream (a dictionary's included) says its body is
+    compressed, read from each message's metadata alone (a flatbuffer: `Message.header` a
+    `RecordBatch`, or a `DictionaryBatch` holding one, whose field 3 is `compression`), before
+    any body is unpacked."""
+    import pyarrow as pa
+
+    reader = pa.ipc.MessageReader.open_stream(pa.BufferReader(data))
+    while True:
+        try:
+            message = reader.read_next_message()
+        except StopIteration:
+            return False
+        if message is None:
+            return False
+        meta = message.metadata.to_pybytes()
+        root = _u32(meta, 0)
+        kind = meta[root + _slot(meta, root, 1)] if _slot(meta, root, 1) else 0  # Message.header_type
+        batch = _table(meta, root, 2) if kind in (2, 3) else None  # 2: DictionaryBatch, 3: RecordBatch
+        if kind == 2 and batch is not None:
+            batch = _table(meta, batch, 1)  # DictionaryBatch.data
+        if batch is not None and _slot(meta, batch, 3):
+            return True
+
+
+def _u32(buf: bytes, at: int) -> int:
+    return int.from_bytes(buf[at : at + 4], "little")
+
+
+def _slot(buf: bytes, table: int, field: int) -> int:
+    """The offset of a flatbuffer table's `field` from the table (0: absent)."""
+    vtable = table - int.from_bytes(buf[table : table + 4], "little", signed=True)
+    size = int.from_bytes(buf[vtable : vtable + 2], "little")
+    entry = 4 + 2 * field
+    return int.from_bytes(buf[vtable + entry : vtable + entry + 2], "little") if entry + 2 <= size else 0
+
+
+def _table(buf: bytes, table: int, field: int) -> int | None:
+    """Where the table a flatbuffer table's `field` points at lies (None: absent)."""
+    slot = _slot(buf, table, field)
+    return table + slot + _u32(buf, table + slot) if slot else None
+
+
 def _text(kind: Any) -> bool:
     import pyarrow as pa
 
     return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind))
 
 
-def decode_answer(raw: bytes, *, what: str) -> dict[str, np.ndarray]:
+def decode_answer(raw: bytes, *, what: str, rows: int | None = None) -> dict[str, np.ndarray]:
     """A function's answer as arrays; BackendError saying what is wrong with it (`what` names
-    the function) where it is not one of the two forms."""
+    the function) where it is not one of the two forms (`rows`: how many were sent)."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -99,9 +157,10 @@ def decode_answer(raw: bytes, *, what: str) -> dict[str, np.ndarray]:
         raise BackendError(f"{what} answered {type(body).__name__}, not an object with 'outputs' (or 'arrow')")
     if "arrow" in body:
         try:
-            return from_arrow(base64.b64decode(body["arrow"], validate=True))
+            return from_arrow(base64.b64decode(body["arrow"], validate=True), rows)
         except Exception as exc:  # pyarrow's and base64's errors alike: a malformed answer
-            raise BackendError(f"{what} answered an 'arrow' that is not a base64 Arrow IPC stream of tensors ({type(exc).__name__})") from None
+            why = str(exc)[:200] if isinstance(exc, ValueError) and not isinstance(exc, UnicodeError) else type(exc).__name__
+            raise BackendError(f"{what} answered an 'arrow' that is not a base64 Arrow IPC stream of tensors ({why})") from None
     outputs = body.get("outputs")
     if not isinstance(outputs, list):
         raise BackendError(f"{what} answered no 'outputs' list (nor 'arrow')")

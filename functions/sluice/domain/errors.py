@@ -45,6 +45,10 @@ class InvalidInput(BadRequest):
     code = "invalid_input"
 
 
+class NotFinite(InvalidInput):
+    """An input of floats holds NaN or an infinity (the caller's, unless a step before made it)."""
+
+
 class Unauthenticated(SluiceError):
     status, code = 401, "unauthenticated"
 

@@ -55,10 +55,13 @@ class SharedAnswers(Protocol):
 
 
 async def route_of(
-    node: Node, call: Call, deployment_of: Callable[[str, str], Awaitable[tuple[Deployment, Node]]]
+    node: Node, call: Call, deployment_of: Callable[[str, str], Awaitable[tuple[Deployment, Node]]],
+    refused: Callable[[Node], bool] | None = None,
 ) -> Route | None:
     """What would answer this request, or None when that is left to chance (a split without
-    the request's routing key, a bandit, a hedged ensemble): such a request is not cached."""
+    the request's routing key, a bandit, a hedged ensemble): such a request is not cached. A
+    function step the tenant may no longer run (`refused`: taken off its allowlist) is not
+    answered from the cache either: the policy runs, and refuses it by name."""
     if node.kind == "single":  # most deployments: no walk
         return ((node.model, node.version),)  # type: ignore[union-attr]
     parts: list[Any] = []
@@ -106,6 +109,8 @@ async def route_of(
         if kind == "switch":
             return await visit_switch(n, depth)  # type: ignore[arg-type]
         if not deterministic(n):  # a step that may answer otherwise next time
+            return False
+        if kind == "function" and refused is not None and refused(n):  # checked on every call, as when it runs
             return False
         # A sequence's steps, a transform (its ops are the policy's, under the revision in
         # the key): every step's route.

@@ -151,7 +151,9 @@ class PredictionService:
             self._check_variant(resolved.node, request.variant)
         key = None
         if dep.cache is not None and self.cache is not None:
-            route = await route_of(resolved.node, call, self.deployment_of)
+            functions = self.runner.functions
+            refused = None if functions is None else (lambda n: functions.refusal(n, call.tenant) is not None)  # type: ignore[arg-type]
+            route = await route_of(resolved.node, call, self.deployment_of, refused)
             if route is not None:
                 key = answer_key(dep, route, request.outputs, arrays)
                 hit = self.cache.get(dep, key)

@@ -28,6 +28,7 @@ from sluice.domain.errors import (
     Accepted,
     BackendError,
     DeadlineExceeded,
+    NotFinite,
     PayloadTooLarge,
     SluiceError,
     Unavailable,
@@ -132,6 +133,18 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                     answer = await runner.run(step.target, call.narrowed(step.wanted, takes, step.path), feed, depth + 1)
                 except Accepted:
                     raise
+                except NotFinite as exc:
+                    before = plan.steps[step.index - 1] if step.index else None
+                    if before is None or before.kind != "function":  # the caller's (or what its values made)
+                        samples.append((step.stat_key, None))
+                        raise _named(exc, step.name, report) from None
+                    # A function's answer: its failure, not the caller's bad input (a 502 naming it).
+                    samples[-1] = (before.stat_key, None)
+                    raise _named(
+                        BackendError(f"function {before.target.function} answered NaN or infinite values, which step '{step.name}' "
+                                     f"cannot take ({exc.message})", field="policy"),
+                        before.name, report[:-1],
+                    ) from None  # fmt: skip
                 except SluiceError as exc:
                     samples.append((step.stat_key, None))
                     raise _named(exc, step.name, report) from None

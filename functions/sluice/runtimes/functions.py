@@ -27,6 +27,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import re
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -201,7 +202,10 @@ class FunctionSteps:
             raise _mapped(exc, node.function) from None
         if response.get("FunctionError"):
             raise _function_error(raw, node.function)
-        return decode_answer(raw, what=f"function {node.function}")
+        # Decoded on the tenant's threads, within the step's timeout: an answer is the tenant's
+        # bytes, and the event loop serves every tenant.
+        decode = functools.partial(decode_answer, raw, what=f"function {node.function}", rows=rows_of(arrays))
+        return await asyncio.get_running_loop().run_in_executor(self._pool(tenant), decode)
 
 
 def _mapped(exc: Exception, arn: str) -> SluiceError:
@@ -236,7 +240,9 @@ def _function_error(raw: bytes, arn: str) -> SluiceError:
     body = body if isinstance(body, dict) else {}
     kind, message = str(body.get("errorType") or "error"), str(body.get("errorMessage") or "")
     log.warning("function step: the function failed", extra={"function": arn, "error_type": kind, "error": message[:500]})
-    if kind == "Sandbox.Timedout" or "timed out" in message.lower():
+    # Lambda's own timeout: its error type, or (older runtimes) its message with no error type.
+    # The function's own errors say their type: whatever their message says, they are its.
+    if kind == "Sandbox.Timedout" or (not body.get("errorType") and re.search(r"\bTask timed out after [\d.]+ seconds", message)):
         return DeadlineExceeded(f"function {arn} ran past its own Lambda timeout")
     return BackendError(f"function {arn} failed ({kind[:100]})")
 

@@ -485,3 +485,35 @@ def test_each_row_group_is_decoded_once_even_when_larger_than_a_chunk(batch: Con
     assert job.status == "SUCCEEDED", job.error
     assert sorted(decoded) == [0, 1, 2] and job.chunks_total == 3
     assert read_parts(job).column("id").to_pylist() == [r["id"] for r in rows]
+
+
+def test_a_finalize_repeated_while_the_first_runs_leaves_the_succeeded_jobs_folder_whole(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    """Step Functions retries Finalize on a Lambda service fault while the first invocation may
+    still run: the repeat that loses the SUCCEEDED write finds the job SUCCEEDED, and leaves
+    `_SUCCESS` and the manifest as the winner wrote them."""
+    from sluice.batch.manifest import MANIFEST, SUCCESS
+
+    path = write_input(tmp_path / "in.csv", iris_rows(50))
+    job = batch.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, source="cli", start=False, output_uri=str(tmp_path / "out"))
+    runner = batch.batch_runner
+    planned = runner.plan(acme.tenant, job.id)
+    spec = JobSpec.from_dict(planned["job"])
+    for chunk in runner.chunks(planned):
+        runner.score(spec, chunk)
+    write, repeats, started = runner.files.write_bytes, [], []
+
+    def write_then_repeat(uri: str, data: bytes, **kw: Any) -> None:
+        write(uri, data, **kw)
+        if uri.endswith("/" + SUCCESS) and not started:  # the first is about to mark the job: the repeat runs whole
+            started.append(True)
+            repeats.append(runner.finalize(acme.tenant, job.id))
+
+    runner.files.write_bytes = write_then_repeat  # type: ignore[method-assign]
+    try:
+        first = runner.finalize(acme.tenant, job.id)
+    finally:
+        runner.files.write_bytes = write  # type: ignore[method-assign]
+    done = batch.registry.get_job(acme.tenant, job.id)
+    folder = local_path(done.output_uri)
+    assert done.status == first["status"] == repeats[0]["status"] == "SUCCEEDED"
+    assert (folder / SUCCESS).exists() and json.loads((folder / MANIFEST).read_text())["status"] == "SUCCEEDED"

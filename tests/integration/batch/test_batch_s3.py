@@ -264,6 +264,28 @@ def test_an_upload_replaced_before_its_job_ran_fails_saying_so(uploads: tuple[Co
     assert "changed since its upload" in (done.error or "")
 
 
+def test_an_upload_whose_invoker_died_before_starting_it_is_started_by_the_events_retry(uploads: tuple[Container, Any, Held], tmp_path: Path) -> None:
+    """The invocation killed between making the job and starting its execution (a timeout, out
+    of memory): no error recorded, nothing running it. The event's retry starts it, once."""
+
+    class Died(BaseException):  # the runtime ending the invocation: no handler of sluice's runs
+        pass
+
+    container, s3, held = uploads
+    start = held.start
+    held.start = lambda job: (_ for _ in ()).throw(Died())  # type: ignore[method-assign]
+    _put(s3, tmp_path, "day.csv", iris_rows(20))
+    head = s3.head_object(Bucket=BUCKET, Key="inbox/acme/iris/day.csv")
+    with pytest.raises(Died):
+        _on_upload("inbox/acme/iris/day.csv", head)
+    (waiting,) = container.registry.list_jobs("acme")
+    assert waiting.status == "PENDING" and waiting.error is None and waiting.execution is None
+    held.start = start  # type: ignore[method-assign]
+    assert _on_upload("inbox/acme/iris/day.csv", head)["job_id"] == waiting.id and held.started == [waiting.id]
+    assert _on_upload("inbox/acme/iris/day.csv", head)["job_id"] == waiting.id and held.started == [waiting.id]  # started once
+    assert container.registry.get_job("acme", waiting.id).execution is not None
+
+
 def test_an_upload_whose_start_was_throttled_is_started_by_the_events_retry(uploads: tuple[Container, Any, Held], tmp_path: Path) -> None:
     from sluice.domain.errors import Unavailable
 

@@ -389,6 +389,35 @@ def test_on_aws_createjob_retried_after_a_refusal_refuses_again_and_counts_once(
     assert batch.registry.get_schedule("acme", "hourly").refused == 1
 
 
+@pytest.mark.parametrize("deliveries", [["t13"], ["t13", "t13"], ["t13", "t13", "t13-again"], ["t13-again", "t13"]])
+def test_on_aws_a_skipped_time_is_counted_once_however_often_it_is_delivered(batch: Container, clock: Clock, acme: Principal, deliveries: list[str]) -> None:
+    """EventBridge Scheduler delivers a time at least once (each delivery an execution), and
+    Step Functions retries CreateJob: a time skipped (noon's run still going) counts once, as
+    locally, where the time is the schedule's `last_fire`."""
+    from sluice.batch.eventbridge import target_input
+    from sluice.batch.executions import RunSkipped
+
+    class Going(Recorded):  # Step Functions, every run's execution still going
+        keeps_heartbeat = False
+
+        def ended(self, job: BatchJob) -> None:
+            return None
+
+    service = ScheduleService(batch.registry, BatchService(batch.registry, Going(), batch.batch.paths), clock=clock)
+    service.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)", overlap="skip")
+    spec = lambda hour: target_input(batch.registry.get_schedule("acme", "hourly")) | {"scheduled_time": f"2026-11-25T{hour}:00:00Z"}  # noqa: E731
+    arn = "arn:aws:states:eu-west-1:1:execution:m:"
+    service.batch.create_for_execution(spec(12), execution=arn + "t12")
+    for execution in deliveries:
+        with pytest.raises(RunSkipped):
+            service.batch.create_for_execution(spec(13), execution=arn + execution)
+    counted = batch.registry.get_schedule("acme", "hourly")
+    assert counted.skipped == 1 and counted.last_skipped_at == at("2026-11-25T13:00:00+00:00")
+    with pytest.raises(RunSkipped):  # the next time skipped counts too
+        service.batch.create_for_execution(spec(14), execution=arn + "t14")
+    assert batch.registry.get_schedule("acme", "hourly").skipped == 2
+
+
 def _refusals_unwritable(batch: Container, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """Make every write of a schedule's refusal count (or its clearing) meet a fault that may
     pass; the writes tried are returned as they come."""
