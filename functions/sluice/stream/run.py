@@ -45,8 +45,11 @@ async def process(scorer: StreamScorer, records: Sequence[StreamRecord], sink: S
             # A record's last offer is its answer's: a call whose answer was thrown away (a
             # model answering the wrong number of rows, bisected) offered it first.
             last = {(id(capturer), at): (capturer, offer) for capturer, at, offer in held}
+            # Records named as one to the event source (a KPL aggregate's user records share its
+            # sequence number) come back together when any of them is retried: captured then.
+            again = {records[i].ident for i, o in enumerate(outcomes) if o.retry is not None}
             for (_, at), (capturer, offer) in last.items():
                 outcome = outcomes[at]  # written as its prediction: not retried, nor an error output in its place (too large, refused)
-                if outcome.retry is None and outcome.output is not None and not outcome.failed:
+                if outcome.retry is None and outcome.output is not None and not outcome.failed and records[at].ident not in again:
                     capturer.offer(*offer)
         return outcomes

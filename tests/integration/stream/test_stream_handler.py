@@ -1090,3 +1090,29 @@ def test_a_record_that_finds_the_process_short_of_memory_fails_the_batch_for_a_r
     with pytest.raises(type(short)):
         handle(sqs_event(bodies))
     assert written.getvalue() == b""
+
+
+def test_a_kpl_aggregate_retried_whole_captures_each_user_record_once(aws: None, bind: Bind, demo: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The destination refuses an aggregate's third user record once: the aggregate (one
+    sequence number) is the batch item failure and comes back whole, so the user records
+    answered before it are answered again; each is captured once, when its aggregate is done."""
+    import hashlib
+
+    from sluice.handlers import stream
+    from sluice.stream.sinks import KinesisSink
+    from tests.unit.test_kpl_records import AGGREGATED
+
+    kinesis = boto3.client("kinesis", region_name=REGION)
+    kinesis.create_stream(StreamName="captured", ShardCount=1)
+    demo.deployments.update(acme, "iris", None, capture={"sample_percent": 100})
+    handle = bind({"kind": "kinesis", "target": "captured"})
+    sink = KinesisSink(_throttled_once(kinesis, "tx-2"), "captured")
+    monkeypatch.setattr(stream, "sink_for", lambda binding: sink)
+    message = AGGREGATED(partition_key_table=["card-1"])
+    for body in rows(4):
+        message.records.add(partition_key_index=0, data=body.encode())
+    inner = message.SerializeToString()
+    event = kinesis_event([b"\xf3\x89\x9a\xc2" + inner + hashlib.md5(inner, usedforsecurity=False).digest()])
+    assert handle(event)["batchItemFailures"]  # the aggregate, retried
+    assert handle(event)["batchItemFailures"] == []  # delivered again, whole, and answered
+    assert sorted(r["request_id"] for r in _captured(demo)) == ["tx-0", "tx-1", "tx-2", "tx-3"]
