@@ -408,6 +408,12 @@ def test_a_functions_nan_is_refused_by_the_model_after_it_though_a_transform_bef
     assert world.save("direct", direct).status_code in (200, 201)
     mine = world.client.post("/api/v1/predictions", content=b'{"deployment": "direct", "batch": [{"embedding": [NaN, 2]}]}', headers={**world.acme, "content-type": "application/json"})
     assert mine.status_code == 400 and mine.json()["code"] == "invalid_input", mine.text
+    # a transform between the function and the model passes the function's tensor on: still its NaN
+    kept = {"kind": "transform", "ops": [{"op": "keep", "names": ["embedding"]}]}
+    through = {"kind": "sequence", "steps": [{"name": "features", "target": nan}, {"name": "prep", "target": kept}, {"name": "score", "target": {"model": "score", "version": 1}}]}
+    assert world.save("through", through).status_code in (200, 201)
+    again = world.client.post("/api/v1/predictions", json={"deployment": "through", "batch": [{"embedding": [1, 2]}]}, headers=world.acme)
+    assert again.status_code == 502 and again.json()["details"]["step"] == "features", again.text
 
 
 @pytest.mark.parametrize(("function", "kind"), [("exits", "SystemExit"), ("interrupts", "KeyboardInterrupt"), ("cancels", "CancelledError"), ("odd", "Odd")])

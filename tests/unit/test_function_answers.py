@@ -286,3 +286,27 @@ def test_an_arrow_answer_is_read_as_sent_and_a_compressed_or_encoded_one_is_refu
     assert decoded["out"].tolist() == (x.reshape(rows, 2) if listed else x[:rows]).tolist()
     with pytest.raises(BackendError, match=f"holds {rows} rows for the {rows + 1} sent"):
         decode_answer(raw, what="function f", rows=rows + 1)
+
+
+@pytest.mark.parametrize(
+    "column",
+    ["struct_of_dictionary", "list_view", "map", "dictionary", "run_end_encoded", "list_of_dictionary"],
+)
+def test_an_arrow_column_whose_few_values_may_stand_for_many_rows_is_refused_before_it_is_expanded(column: str) -> None:
+    import base64
+
+    import pyarrow as pa
+
+    word = pa.array(["x" * 1000] * 4).dictionary_encode()
+    made = {
+        "struct_of_dictionary": lambda: pa.StructArray.from_arrays([word], ["w"]),
+        "list_view": lambda: pa.ListViewArray.from_arrays(pa.array([0, 0, 0, 0], pa.int32()), pa.array([2, 2, 2, 2], pa.int32()), pa.array([1.0, 2.0])),
+        "map": lambda: pa.MapArray.from_arrays(pa.array([0, 1, 2, 3, 4], pa.int32()), pa.array(["a", "b", "c", "d"]), pa.array([1.0, 2.0, 3.0, 4.0])),
+        "dictionary": lambda: word,
+        "run_end_encoded": lambda: pa.RunEndEncodedArray.from_arrays(pa.array([4], pa.int32()), pa.array([1.5])),
+        "list_of_dictionary": lambda: pa.FixedSizeListArray.from_arrays(pa.array(["a"] * 8).dictionary_encode(), 2),
+    }[column]()
+    data = _stream(pa.table({"out": made}), None)
+    raw = json.dumps({"arrow": base64.b64encode(data).decode()}).encode()
+    with pytest.raises(BackendError, match="answer numbers, booleans or text"):
+        decode_answer(raw, what="function f", rows=4)

@@ -144,13 +144,22 @@ def _skip_counted(registry: Any, schedule: Schedule, when: float | None) -> None
     each skip."""
     from sluice.domain.errors import StaleRead
 
-    if when is not None and schedule.last_skipped_at == when:
-        return  # counted already: this time, delivered again
-    with suppress(StaleRead, NotFound):  # another delivery counted it first; or the schedule is gone
-        registry.update_schedule(
-            schedule.tenant, schedule.name, skipped=schedule.skipped + 1, last_skipped_at=when if when is not None else now(),
-            expect={"last_skipped_at": schedule.last_skipped_at},
-        )  # fmt: skip
+    for _ in range(5):
+        if when is not None and schedule.last_skipped_at is not None and when <= schedule.last_skipped_at:
+            return  # counted already: this time delivered again, or one before a time skipped since (times skip in order)
+        try:
+            registry.update_schedule(
+                schedule.tenant, schedule.name, skipped=schedule.skipped + 1, last_skipped_at=when if when is not None else now(),
+                expect={"last_skipped_at": schedule.last_skipped_at},
+            )  # fmt: skip
+            return
+        except NotFound:  # deleted meanwhile
+            return
+        except StaleRead:  # another time's skip (or this one's) was counted first: read again
+            try:
+                schedule = registry.get_schedule(schedule.tenant, schedule.name)
+            except NotFound:
+                return
 
 
 def _wait_noted(registry: Any, schedule: Schedule, when: float) -> None:

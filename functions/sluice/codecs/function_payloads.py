@@ -71,11 +71,8 @@ def from_arrow(data: bytes, rows: int | None = None) -> dict[str, np.ndarray]:
     if rows is not None and table.num_rows != rows:
         raise ValueError(f"the stream holds {table.num_rows} rows for the {rows} sent")
     for field in table.schema:
-        kind = field.type
-        while pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-            kind = kind.value_type
-        if pa.types.is_dictionary(kind) or pa.types.is_run_end_encoded(kind):
-            raise ValueError(f"column '{field.name}' is {kind}: answer its values as they are")
+        if not _plain(field.type):
+            raise ValueError(f"column '{field.name}' is {field.type}: answer numbers, booleans or text, or lists of them, as they are")
     out: dict[str, np.ndarray] = {}
     for name in table.column_names:
         column = table.column(name).combine_chunks()
@@ -118,6 +115,18 @@ def compressed_ipc(data: bytes) -> bool:
             batch = _table(meta, batch, 1)  # DictionaryBatch.data
         if batch is not None and _slot(meta, batch, 3):
             return True
+
+
+def _plain(kind: Any) -> bool:
+    """A type whose values take the bytes they are sent in: numbers, booleans, text, and plain
+    lists of them (not a dictionary, a run-end encoding, a list view or a struct, whose few
+    values may stand for any number of rows)."""
+    import pyarrow as pa
+
+    types = pa.types
+    if types.is_list(kind) or types.is_large_list(kind) or types.is_fixed_size_list(kind):
+        return _plain(kind.value_type)
+    return bool(types.is_integer(kind) or types.is_floating(kind) or types.is_boolean(kind) or types.is_null(kind) or _text(kind))
 
 
 def _u32(buf: bytes, at: int) -> int:

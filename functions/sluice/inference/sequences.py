@@ -118,6 +118,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
     answer: Answer | None = None  # the last model's answer (a transform after it reshapes it)
     given, given_signature = arrays, None  # the previous step's outputs, and their signature
     finite: frozenset[str] = frozenset()  # those a transform made finite by construction
+    made_by: dict[str, _Step] = {}  # the tensors a function step answered (and transforms passed on): by that step
     step = plan.steps[0]
     clock = time.perf_counter
     answered = False
@@ -134,16 +135,17 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                 except Accepted:
                     raise
                 except NotFinite as exc:
-                    before = plan.steps[step.index - 1] if step.index else None
-                    if before is None or before.kind != "function":  # the caller's (or what its values made)
+                    name = (exc.field or "").removeprefix("inputs.")
+                    maker = made_by.get((step.step.map or {}).get(name, name))
+                    if maker is None:  # the caller's (or what its values made)
                         samples.append((step.stat_key, None))
                         raise _named(exc, step.name, report) from None
                     # A function's answer: its failure, not the caller's bad input (a 502 naming it).
-                    samples[-1] = (before.stat_key, None)
+                    samples[:] = [(maker.stat_key, None) if key == maker.stat_key else (key, ms) for key, ms in samples]
                     raise _named(
-                        BackendError(f"function {before.target.function} answered NaN or infinite values, which step '{step.name}' "
+                        BackendError(f"function {maker.target.function} answered NaN or infinite values, which step '{step.name}' "
                                      f"cannot take ({exc.message})", field="policy"),
-                        before.name, report[:-1],
+                        maker.name, report,
                     ) from None  # fmt: skip
                 except SluiceError as exc:
                     samples.append((step.stat_key, None))
@@ -151,8 +153,11 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                 ms = (clock() - started) * 1000
                 report.append(_step_report(step, answer, ms))
                 given, given_signature, finite = answer.result.outputs, answer.signature, frozenset()
+                made_by = {}
             elif kind == "transform":
                 given_signature, given, finite = _transform(step, given_signature, given, call)
+                if made_by:  # a function's tensor a transform passes on under its name is still the function's
+                    made_by = {k: v for k, v in made_by.items() if k in given}
                 ms = (clock() - started) * 1000
                 report.append({"name": step.name, "kind": "transform", "latency_ms": ms3(ms)})
                 if answer is not None:
@@ -165,6 +170,8 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                     raise _named(exc, step.name, report) from None
                 if finite:  # what the store gives, a feature replacing a tensor of its name included, is looked through
                     finite = finite.difference(spec.name for spec in step.target.gives)  # type: ignore[union-attr]
+                if made_by:
+                    made_by = {k: v for k, v in made_by.items() if k in given and k not in {spec.name for spec in step.target.gives}}  # type: ignore[union-attr]
                 ms = (clock() - started) * 1000
                 report.append(looked.report(step.name, ms))
                 if looked.cache_hits is not None:  # rows from the feature cache, and rows whose entity was read
@@ -179,6 +186,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                     samples.append((step.stat_key, None))
                     raise _named(exc, step.name, report) from None
                 finite = frozenset()  # the tenant's code may answer NaN under a name a transform made finite
+                made_by = dict.fromkeys(given, step)  # its tensors, the function's: a NaN in them is its failure
                 ms = (clock() - started) * 1000
                 report.append({"name": step.name, "kind": "function", "latency_ms": ms3(ms)})
                 if answer is not None:
