@@ -131,6 +131,9 @@ def test_the_deployment_shows_the_inputs_a_caller_sends_and_the_outputs_it_answe
     assert chain["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 4]}]  # the first step's
     assert [o["name"] for o in chain["outputs"]] == ["score", "embed.embedding"]
     assert chain["inputs"] == client.get("/v2/models/chain", headers=headers).json()["inputs"]
+    # Triton's model config (what tritonclient and perf_analyzer pick outputs from) says the same
+    config = client.get("/v2/models/chain/config", headers=headers).json()
+    assert [o["name"] for o in config["output"]] == ["score", "embed.embedding"] and [i["name"] for i in config["input"]] == ["input"]
     graphs.deployments.create(acme, "raw", json.loads((REPO / "examples" / "policies" / "transform.json").read_text()))
     raw = client.get("/api/v1/deployments/raw", headers=headers).json()
     assert [(i["name"], i["datatype"]) for i in raw["inputs"]] == [("length", "FP32"), ("colour", "BYTES")]  # what the transform declares

@@ -164,3 +164,36 @@ def test_each_message_of_a_grpc_stream_counts_against_its_keys_rate(tmp_path: Pa
     refused = [a for a in answers if isinstance(a, Exception)]
     assert len(answers) == 6 and len(refused) == 3, answers
     assert all("rate" in str(a).lower() for a in refused), refused
+
+
+@pytest.mark.parametrize("first", ["http", "grpc"])
+def test_a_key_has_one_rate_whichever_door_it_uses(tmp_path: Path, acme: Principal, first: str) -> None:
+    """HTTP and gRPC in one process count a key against one rate: its requests over HTTP leave
+    gRPC only what remains of it, and the other way round."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    from tests.integration.grpc.conftest import run_server
+
+    container, _, key = _limited(tmp_path, acme, "3/minute")
+    client = TestClient(create_app(container))
+    row = grpcclient.InferInput("input", [1, 4], "FP32")
+    row.set_data_from_numpy(np.asarray([[5.1, 3.5, 1.4, 0.2]], dtype=np.float32))
+    with run_server(container) as url:
+        g = grpcclient.InferenceServerClient(url)
+
+        def over_grpc() -> str:
+            try:
+                g.infer("iris", [row], headers={"authorization": f"Bearer {key}"})
+                return "ok"
+            except grpcclient.InferenceServerException as exc:
+                return str(exc.status())
+
+        def over_http() -> str:
+            status = client.post("/api/v1/predictions", json={"deployment": "iris", "features": IRIS_ROW}, headers=auth(key)).status_code
+            return "ok" if status == 200 else str(status)
+
+        doors = [over_http, over_grpc] if first == "http" else [over_grpc, over_http]
+        answered = [doors[0]() for _ in range(2)] + [doors[1]() for _ in range(2)]
+        g.close()
+    assert answered[:3] == ["ok", "ok", "ok"] and answered[3] in ("429", "StatusCode.RESOURCE_EXHAUSTED"), answered

@@ -28,7 +28,6 @@ from starlette.routing import compile_path
 from sluice.api.bodies import BodyTooLarge, read_body, timed, too_large, upload_body
 from sluice.api.encoding import accepts_gzip, behind_api_gateway, gzip_whole
 from sluice.api.errors import error_content, error_response
-from sluice.api.ratelimit import RateLimit
 from sluice.api.responses import JSONResponse, lambda_size_over
 from sluice.codecs.binary import HEADER, split_body
 from sluice.domain.errors import PayloadTooLarge, SluiceError
@@ -118,8 +117,6 @@ class Edge:
         self.authenticate = authenticate
         self.known = known  # the synchronous fast path: no coroutine when nothing is read
         self._routes: list[HotRoute] | None = None
-        self._rate_limit: RateLimit | None = None
-        self._rate_limit_read = False  # the settings are the container's: read on the first request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in PUBLIC or upload_body(scope["path"]):
@@ -232,11 +229,10 @@ class Edge:
         except Exception as exc:
             return None, None, error_response(exc, scope["path"])  # type: ignore[return-value]
         scope[PRINCIPAL] = principal  # the routes behind read it (`deps.get_principal`)
-        if not self._rate_limit_read:
-            self._rate_limit, self._rate_limit_read = RateLimit.from_settings(container.settings.admission), True
-        if self._rate_limit is not None:
+        rate_limit = container.rate_limit  # the container's: the one its gRPC service counts against too
+        if rate_limit is not None:
             try:
-                await self._rate_limit.check(principal.subject)
+                await rate_limit.check(principal.subject)
             except Exception as exc:
                 found = self._hot(scope) if scope["method"] == "POST" else None
                 if found is not None:  # a prediction refused: counted (`sluice.inference.outcomes`)

@@ -87,6 +87,7 @@ class Guard:
         settings = container.settings
         limit = settings.serve.grpc_max_concurrent_rpcs
         self.keys = container.keys
+        self.container = container
         self.calls = Capacity(limit, settings.admission.tenant_share, what="gRPC calls") if limit else None
         self.wait_s = settings.limits.body_timeout_s
 
@@ -97,7 +98,7 @@ class Guard:
 
             async def streamed(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
                 tenant = ANONYMOUS if public else (await self._caller(context))[0].tenant
-                await self._enter(context, tenant)
+                await self._enter(context, tenant, method)
                 try:
                     # The service's stream closed with this one (a cancelled call's is closed
                     # when it is finalized), not left to be finalized on its own later.
@@ -112,7 +113,7 @@ class Guard:
         async def unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
             caller = None if public else await self._caller(context)
             tenant = ANONYMOUS if caller is None else caller[0].tenant
-            await self._enter(context, tenant)
+            await self._enter(context, tenant, method)
             try:
                 request = await self._read(context)
                 if caller is not None and self.keys.cached(caller[2]) is None:  # a key revoked while its message came
@@ -151,13 +152,18 @@ class Guard:
                 await context.abort(code, message, trailing_metadata=trailer)
         return principal, metadata, key
 
-    async def _enter(self, context: grpc.aio.ServicerContext, tenant: str) -> None:
-        """One more of the worker's calls for `tenant` (none counted for the public calls)."""
+    async def _enter(self, context: grpc.aio.ServicerContext, tenant: str, method: str) -> None:
+        """One more of the worker's calls for `tenant` (none counted for the public calls). A
+        call refused is counted as every door's refusals are (`Telemetry.refused`), and a
+        prediction refused as a failed request too (`sluice.inference.outcomes`)."""
         if self.calls is None or tenant == ANONYMOUS:
             return
         try:
             self.calls.enter(tenant)
         except SluiceError as exc:
+            self.container.telemetry.refused(tenant=tenant, code=exc.code)
+            if method in ("ModelInfer", "ModelStreamInfer"):
+                self.container.predictions.outcomes.refused(tenant, None, exc)
             _, message, trailer = status_of(exc)
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message, trailing_metadata=trailer)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.codecs.triton import batchable, config_dims
 from sluice.domain.errors import Unavailable
+from sluice.domain.signature import Signature
 from sluice.stats.histogram import PREFIX, bucket_value
 from sluice.stats.recorder import LAST_REQUEST
 
@@ -27,9 +28,11 @@ DEFAULT_MAX_BATCH_SIZE = 64  # what sluice's Triton repository builder declares 
 NS_PER_MS = 1_000_000
 
 
-def derived_config(name: str, version: ModelVersion) -> dict[str, Any]:
-    """Triton's JSON model config for a version sluice runs from its signature."""
-    signature = version.signature
+def derived_config(name: str, version: ModelVersion, answers: Signature | None = None) -> dict[str, Any]:
+    """Triton's JSON model config for a version sluice runs from its signature; `answers`: what
+    the deployment answers where the version does not say (a sequence's last step), as its
+    metadata says it (`inference.metadata.metadata_of`)."""
+    signature = version.signature if answers is None else Signature(version.signature.inputs, answers.outputs, version.signature.metadata)
     batched = batchable(signature)
     declared = (version.config or {}).get("max_batch_size")
     max_batch = (declared if isinstance(declared, int) and declared > 0 else DEFAULT_MAX_BATCH_SIZE) if batched else 0
@@ -109,12 +112,12 @@ class TritonExtensions:
     async def config(self, principal: Principal, name: str, version: int | None = None) -> dict[str, Any]:
         resolved = await self.predictions.resolve(principal, name, version=version)
         chosen = resolved.version
-        if chosen.runtime == "triton":
+        if chosen.runtime == "triton" and resolved.answers is None:  # the server's model is what answers
             runtime: Any = self.runtimes.get("triton")
             if runtime is not None and hasattr(runtime, "model_config"):
                 # The server's own config, under the name the client asked for.
                 return {**await runtime.model_config(chosen), "name": name}
-        return derived_config(name, chosen)
+        return derived_config(name, chosen, resolved.answers)
 
     async def stats(self, principal: Principal, name: str | None = None, version: int | None = None) -> dict[str, Any]:
         principal.require("predict")

@@ -284,6 +284,30 @@ def test_one_tenant_holding_every_call_open_cannot_keep_another_tenant_out(serve
             holder.join(10)
 
 
+def test_an_inference_refused_at_the_workers_call_cap_is_counted_as_refused_and_failed(served: Container, keys: dict[str, str]) -> None:
+    """A call refused because the worker's gRPC calls are all taken is counted as every door's
+    refusals are (`ml_inference_refused_total`), and a prediction refused as a failed request."""
+    import threading
+
+    from sluice.metrics import PrometheusMetrics
+
+    served.settings.serve.grpc_max_concurrent_rpcs = 1
+    served.telemetry.sink = PrometheusMetrics()
+    stop = threading.Event()
+    with run_server(served) as url:
+        holder = _hold(url, keys["acme_predict"], 1, stop)
+        try:
+            time.sleep(0.5)
+            refused = [fails(_infer_iris, url, keys["acme_predict"]).status() for _ in range(3)]
+        finally:
+            stop.set()
+            holder.join(10)
+    assert refused == ["StatusCode.RESOURCE_EXHAUSTED"] * 3
+    assert sum(served.telemetry.refusals.values()) >= 3
+    text = served.telemetry.sink.exposition("acme").decode()  # type: ignore[union-attr]
+    assert any(line.startswith("ml_inference_refused_total") for line in text.splitlines()), text
+
+
 @pytest.mark.parametrize("how", ["unary", "stream", "streams"])
 def test_requests_refused_by_their_rate_are_counted_on_every_door(tmp_path: Any, acme: Principal, how: str) -> None:
     """Six requests at three a minute: three answered, three 429s (RESOURCE_EXHAUSTED), and all
