@@ -35,7 +35,6 @@ from sluice.wiring.adapters import (
 from sluice.wiring.runtimes import build_runtimes, inline_runtimes
 
 if TYPE_CHECKING:
-    from sluice.api.ratelimit import RateLimit
     from sluice.batch.catalog import GlueCatalog
     from sluice.batch.files import Files
     from sluice.batch.orchestrators import Orchestrator
@@ -107,14 +106,6 @@ class Container:
         server's first requests do not wait for it (nor its first burst, behind them)."""
         _ = self.predictions, self.deployments, self.keys, self.layout
         return self
-
-    @cached_property
-    def rate_limit(self) -> RateLimit | None:
-        """The per-key request rate (`SLUICE_RATE_LIMIT`; None: off) every door of this process
-        counts against, HTTP and gRPC alike: one count a key, whichever door it uses."""
-        from sluice.api.ratelimit import RateLimit
-
-        return RateLimit.from_settings(self.settings.admission)
 
     @cached_property
     def predictions(self) -> PredictionService:
