@@ -290,7 +290,7 @@ def test_an_arrow_answer_is_read_as_sent_and_a_compressed_or_encoded_one_is_refu
 
 @pytest.mark.parametrize(
     "column",
-    ["struct_of_dictionary", "list_view", "map", "dictionary", "run_end_encoded", "list_of_dictionary"],
+    ["struct_of_dictionary", "list_view", "map", "dictionary", "run_end_encoded", "list_of_dictionary", "list_of_nulls", "fixed_list_of_nulls"],
 )
 def test_an_arrow_column_whose_few_values_may_stand_for_many_rows_is_refused_before_it_is_expanded(column: str) -> None:
     import base64
@@ -305,6 +305,8 @@ def test_an_arrow_column_whose_few_values_may_stand_for_many_rows_is_refused_bef
         "dictionary": lambda: word,
         "run_end_encoded": lambda: pa.RunEndEncodedArray.from_arrays(pa.array([4], pa.int32()), pa.array([1.5])),
         "list_of_dictionary": lambda: pa.FixedSizeListArray.from_arrays(pa.array(["a"] * 8).dictionary_encode(), 2),
+        "list_of_nulls": lambda: pa.ListArray.from_arrays(pa.array([0, 10**6, 10**6, 10**6, 10**6], pa.int32()), pa.nulls(10**6)),
+        "fixed_list_of_nulls": lambda: pa.FixedSizeListArray.from_arrays(pa.nulls(4 * 10**5), 10**5),
     }[column]()
     data = _stream(pa.table({"out": made}), None)
     raw = json.dumps({"arrow": base64.b64encode(data).decode()}).encode()

@@ -145,8 +145,8 @@ def _skip_counted(registry: Any, schedule: Schedule, when: float | None) -> None
     from sluice.domain.errors import StaleRead
 
     for _ in range(5):
-        if when is not None and schedule.last_skipped_at is not None and when <= schedule.last_skipped_at:
-            return  # counted already: this time delivered again, or one before a time skipped since (times skip in order)
+        if when is not None and schedule.last_skipped_at == when:
+            return  # counted already: this time, delivered again
         try:
             registry.update_schedule(
                 schedule.tenant, schedule.name, skipped=schedule.skipped + 1, last_skipped_at=when if when is not None else now(),

@@ -117,16 +117,17 @@ def compressed_ipc(data: bytes) -> bool:
             return True
 
 
-def _plain(kind: Any) -> bool:
+def _plain(kind: Any, top: bool = True) -> bool:
     """A type whose values take the bytes they are sent in: numbers, booleans, text, and plain
     lists of them (not a dictionary, a run-end encoding, a list view or a struct, whose few
-    values may stand for any number of rows)."""
+    values may stand for any number of rows; nor nulls in a list, which take no bytes at all:
+    a column of nulls alone is one a row, its rows checked)."""
     import pyarrow as pa
 
     types = pa.types
     if types.is_list(kind) or types.is_large_list(kind) or types.is_fixed_size_list(kind):
-        return _plain(kind.value_type)
-    return bool(types.is_integer(kind) or types.is_floating(kind) or types.is_boolean(kind) or types.is_null(kind) or _text(kind))
+        return _plain(kind.value_type, top=False)
+    return bool(types.is_integer(kind) or types.is_floating(kind) or types.is_boolean(kind) or (top and types.is_null(kind)) or _text(kind))
 
 
 def _u32(buf: bytes, at: int) -> int:
