@@ -113,6 +113,21 @@ def by_hand(rows: Any) -> list[float]:
     return (embedding_of(rows) @ np.array([1.0, 2.0], np.float32)).tolist()
 
 
+def predicted_without_acmes_grant(world: World, deployment: str) -> Any:
+    """acme's prediction of ROWS from `deployment` with its functions taken off the operator's
+    allowlist (globex's alone left), the allowlist put back after."""
+    from sluice.settings import FunctionSettings
+
+    steps = world.container.functions
+    assert steps is not None
+    kept = steps.settings
+    steps.settings = FunctionSettings(function_arns={"globex": [GLOBEX_ARN]})
+    try:
+        return world.predict(deployment, ROWS)
+    finally:
+        steps.settings = kept
+
+
 def chain(function: str, **extra: Any) -> dict[str, Any]:
     step = {
         "kind": "function",
@@ -345,19 +360,11 @@ def test_a_function_step_its_tenant_may_not_run_or_that_does_not_fit_is_refused_
 
 
 def test_each_tenant_has_its_own_allowlist_and_it_is_checked_again_on_every_call(world: World) -> None:
-    from sluice.settings import FunctionSettings
 
     assert world.save("theirs", chain(GLOBEX_ARN), world.globex).status_code in (200, 201)
     assert world.save("theirs", chain(GLOBEX_ARN)).status_code == 422  # not acme's
     assert world.save("remote", chain(ACME_ARN)).status_code in (200, 201)
-    steps = world.container.functions
-    assert steps is not None
-    kept = steps.settings
-    steps.settings = FunctionSettings(function_arns={"globex": [GLOBEX_ARN]})  # the operator took acme's grant away
-    try:
-        r = world.predict("remote", ROWS)
-    finally:
-        steps.settings = kept
+    r = predicted_without_acmes_grant(world, "remote")
     assert r.status_code == 403, r.text
     assert r.json()["details"]["step"] == "features" and "allowlist" in r.json()["error"]
 
@@ -600,7 +607,6 @@ def test_a_majority_vote_over_a_members_nan_labels_is_a_502_naming_the_member(wo
 def test_a_function_taken_off_the_allowlist_is_refused_even_where_its_answer_is_cached(world: World) -> None:
     """Taking an ARN off the list stops it at once, cached answers too: a deployment whose
     cache holds the step's earlier answer runs the policy instead, which refuses it by name."""
-    from sluice.settings import FunctionSettings
 
     r = world.client.post(
         "/api/v1/deployments", json={"name": "cached-fn", "policy": chain(ACME_ARN, deterministic=True), "cache": {"ttl_s": 600, "max_entries": 100}},
@@ -610,11 +616,5 @@ def test_a_function_taken_off_the_allowlist_is_refused_even_where_its_answer_is_
     world.answers(json.dumps({"outputs": [{"name": "embedding", "datatype": "FP32", "shape": [2, 2], "data": embedding_of(ROWS).reshape(-1).tolist()}]}).encode())
     assert world.predict("cached-fn", ROWS).status_code == 200
     assert world.predict("cached-fn", ROWS).json().get("cached") is True  # kept, and answered from the cache
-    steps = world.container.functions
-    kept = steps.settings
-    steps.settings = FunctionSettings(function_arns={"globex": [GLOBEX_ARN]})  # the operator took acme's grant away
-    try:
-        refused = world.predict("cached-fn", ROWS)
-    finally:
-        steps.settings = kept
+    refused = predicted_without_acmes_grant(world, "cached-fn")
     assert refused.status_code == 403 and refused.json()["details"]["step"] == "features", refused.text

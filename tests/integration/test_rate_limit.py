@@ -126,7 +126,7 @@ def test_a_storage_it_cannot_count_in_is_refused_by_name_without_its_password(sc
 def test_redis_counts_through_the_redis_package_and_without_it_is_refused_as_the_settings_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """limits' asynchronous Redis storage wants coredis by default: with the `redis` package the
     docs name, every request was a 500 ("'coredis' prerequisite not available")."""
-    from sluice.api.ratelimit import RateLimit
+    from sluice.services.ratelimit import RateLimit
 
     url = "redis://:secret@127.0.0.1:6379/0"
     if importlib.util.find_spec("redis") is not None:

@@ -28,7 +28,6 @@ from starlette.routing import compile_path
 from sluice.api.bodies import BodyTooLarge, read_body, timed, too_large, upload_body
 from sluice.api.encoding import accepts_gzip, behind_api_gateway, gzip_whole
 from sluice.api.errors import error_content, error_response
-from sluice.api.ratelimit import shared as shared_rate_limit
 from sluice.api.responses import JSONResponse, lambda_size_over
 from sluice.codecs.binary import HEADER, split_body
 from sluice.domain.errors import PayloadTooLarge, SluiceError
@@ -230,7 +229,7 @@ class Edge:
         except Exception as exc:
             return None, None, error_response(exc, scope["path"])  # type: ignore[return-value]
         scope[PRINCIPAL] = principal  # the routes behind read it (`deps.get_principal`)
-        rate_limit = shared_rate_limit(container)  # the container's: the one its gRPC service counts against too
+        rate_limit = container.rate_limit  # the one its gRPC service counts against too
         if rate_limit is not None:
             try:
                 await rate_limit.check(principal.subject)

@@ -58,7 +58,7 @@ UPLOADS_ARE_FOR_HTTP = "upload_id: uploads are for the HTTP API; over a WebSocke
 
 
 class MessageRate(Protocol):
-    """A connection's message rate: in memory on `sluice serve` (`api.ratelimit.RateLimit`),
+    """A connection's message rate: in memory on `sluice serve` (`services.ratelimit.RateLimit`),
     in the registry on Lambda (`services.connection_rate.ConnectionRate`)."""
 
     async def check(self, subject: str) -> None:

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 
     from starlette.types import Receive, Scope, Send
 
-    from sluice.api.ratelimit import RateLimit
     from sluice.domain import Principal
+    from sluice.services.ratelimit import RateLimit
     from sluice.wiring import Container
 
 STREAM_PATH = "/api/v1/stream"
@@ -59,7 +59,7 @@ class Sockets:
             spec = container.settings.websocket.websocket_rate_limit
             if spec:
                 try:
-                    from sluice.api.ratelimit import RateLimit
+                    from sluice.services.ratelimit import RateLimit
 
                     self._rate_limit = RateLimit(spec, namespace="sluice-ws", what="this connection", field="connection")
                 except ImportError:  # without the `serve` extra there is no `limits`: no rate

@@ -28,6 +28,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from sluice.api.present import plain_body, v2_body
     from sluice.cli.remote import UPLOAD_ABOVE, api_from, predict_remote
     from sluice.domain.requests import (
+        ROW_FIELDS,
         PredictionRequest,
         RowInputs,
         Tensor,
@@ -35,7 +36,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         routing_key_of,
     )
 
-    given = {k: load_json_arg(v, k) for k in ("inputs", "features", "batch") if (v := getattr(args, k))}
+    given = {k: load_json_arg(v, k) for k in ROW_FIELDS if (v := getattr(args, k))}
     path = Path(args.file) if args.file else None
     if len(given) + (path is not None) != 1:
         raise SluiceError("give exactly one of --inputs, --features, --batch or --file", field="inputs")
@@ -75,7 +76,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         plain = _checked(Body, body)
         if plain.upload_id is not None:
             raise SluiceError("--file names an upload (upload_id), which only an API reads: give its rows, or --api", field="file.upload_id")
-        rows = {k: v for k in ("inputs", "features", "batch") if (v := getattr(plain, k)) is not None}
+        rows = {k: v for k in ROW_FIELDS if (v := getattr(plain, k)) is not None}
         if len(rows) != 1:
             raise SluiceError("--file holds a prediction body with exactly one of inputs, features or batch", field="file")
         request = PredictionRequest(

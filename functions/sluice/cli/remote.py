@@ -229,8 +229,10 @@ def _uploaded_rows(api: Api, deployment: str, path: Path) -> dict[str, Any]:
     """A simple-JSON file too large to send in line: its rows (`inputs`, `features` or `batch`)
     uploaded, as an upload holds them, and its other fields (`version`, `options`, ...) sent in
     line beside the upload's id, read by the API's rules as they would be in line."""
+    from sluice.domain.requests import ROW_FIELDS
+
     body = _object_in(path)
-    rows = {k: body[k] for k in ("inputs", "features", "batch") if body.get(k) is not None}  # as the API reads them
+    rows = {k: body[k] for k in ROW_FIELDS if body.get(k) is not None}  # as the API reads them
     if len(rows) != 1:
         raise SluiceError("give exactly one of 'inputs', 'features' or 'batch'", field="inputs")  # the API's words
     return {**{k: v for k, v in body.items() if k not in rows}, "upload_id": _upload_json(api, deployment, rows)}

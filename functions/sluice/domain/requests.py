@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 MAX_REQUEST_ID = 128
 
 
+ROW_FIELDS = ("inputs", "features", "batch")  # where a simple-JSON request carries its rows: exactly one of them
+
+
 @dataclass(frozen=True, slots=True)
 class RowInputs:
     """Simple JSON: exactly one of named tensors or a 2-D list (`inputs`), one row of

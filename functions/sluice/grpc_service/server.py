@@ -18,7 +18,7 @@ from sluice.domain.errors import SluiceError
 from sluice.grpc_service import address
 from sluice.grpc_service.calls import CALLER, GRPC_MISSING_KEY, call_metadata, status_of
 from sluice.grpc_service.service import InferenceService
-from sluice.services.admission import Capacity
+from sluice.services.admission import Admission, Capacity
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -59,7 +59,7 @@ async def start(container: Container, host: str, port: int, *, share_port: bool 
 
 
 PUBLIC = frozenset(("ServerLive", "ServerReady", "ServerMetadata"))  # the service's methods that take no key
-ANONYMOUS = ""  # the public calls' tenant: no tenant's name is empty
+PREDICTIONS = frozenset(("ModelInfer", "ModelStreamInfer"))  # the calls a refusal of counts as a failed prediction
 
 
 class Guard:
@@ -87,8 +87,11 @@ class Guard:
         settings = container.settings
         limit = settings.serve.grpc_max_concurrent_rpcs
         self.keys = container.keys
-        self.container = container
-        self.calls = Capacity(limit, settings.admission.tenant_share, what="gRPC calls") if limit else None
+        self.outcomes = container.predictions.outcomes
+        # The worker's calls, each tenant's share of them: a refusal told to telemetry as every
+        # door's admission tells it (`Admission`).
+        capacity = Capacity(limit, settings.admission.tenant_share, what="gRPC calls") if limit else None
+        self.calls = Admission(None, capacity, telemetry=container.telemetry) if capacity is not None else None
         self.wait_s = settings.limits.body_timeout_s
 
     def wrap(self, method: str, handler: Any) -> Any:
@@ -97,8 +100,8 @@ class Guard:
         if handler.request_streaming:  # grpcio runs it as the call opens; messages come when they come
 
             async def streamed(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                tenant = ANONYMOUS if public else (await self._caller(context))[0].tenant
-                await self._enter(context, tenant, method)
+                principal = None if public else (await self._caller(context))[0]
+                await self._enter(context, principal, method)
                 try:
                     # The service's stream closed with this one (a cancelled call's is closed
                     # when it is finalized), not left to be finalized on its own later.
@@ -106,14 +109,14 @@ class Guard:
                         async for answer in answers:
                             yield answer
                 finally:
-                    self._leave(tenant)
+                    self._leave(principal)
 
             return handler._replace(stream_stream=streamed)
 
         async def unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
             caller = None if public else await self._caller(context)
-            tenant = ANONYMOUS if caller is None else caller[0].tenant
-            await self._enter(context, tenant, method)
+            principal = None if caller is None else caller[0]
+            await self._enter(context, principal, method)
             try:
                 request = await self._read(context)
                 if caller is not None and self.keys.cached(caller[2]) is None:  # a key revoked while its message came
@@ -124,7 +127,7 @@ class Guard:
                 finally:
                     CALLER.reset(said)
             finally:
-                self._leave(tenant)
+                self._leave(principal)
 
         # Read as a stream of one message: grpcio runs such a handler as the call opens.
         return grpc.stream_unary_rpc_method_handler(
@@ -152,24 +155,23 @@ class Guard:
                 await context.abort(code, message, trailing_metadata=trailer)
         return principal, metadata, key
 
-    async def _enter(self, context: grpc.aio.ServicerContext, tenant: str, method: str) -> None:
-        """One more of the worker's calls for `tenant` (none counted for the public calls). A
-        call refused is counted as every door's refusals are (`Telemetry.refused`), and a
-        prediction refused as a failed request too (`sluice.inference.outcomes`)."""
-        if self.calls is None or tenant == ANONYMOUS:
+    async def _enter(self, context: grpc.aio.ServicerContext, principal: Principal | None, method: str) -> None:
+        """One more of the worker's calls for `principal`'s tenant (none counted for the public
+        calls, which have none); a prediction refused is counted as a failed request too
+        (`sluice.inference.outcomes`), as on every door."""
+        if self.calls is None or principal is None:
             return
         try:
-            self.calls.enter(tenant)
+            self.calls.enter(principal, key=False)
         except SluiceError as exc:
-            self.container.telemetry.refused(tenant=tenant, code=exc.code)
-            if method in ("ModelInfer", "ModelStreamInfer"):
-                self.container.predictions.outcomes.refused(tenant, None, exc)
+            if method in PREDICTIONS:
+                self.outcomes.refused(principal.tenant, None, exc)
             _, message, trailer = status_of(exc)
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message, trailing_metadata=trailer)
 
-    def _leave(self, tenant: str) -> None:
-        if self.calls is not None and tenant != ANONYMOUS:
-            self.calls.leave(tenant)
+    def _leave(self, principal: Principal | None) -> None:
+        if self.calls is not None and principal is not None:
+            self.calls.leave(principal, key=False)
 
     async def _read(self, context: grpc.aio.ServicerContext) -> Any:
         """A unary call's message, parsed as it is read (`add_service`), within `wait_s`."""

@@ -23,7 +23,6 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from sluice import __version__
 from sluice.api.deps import MISSING_KEY, authenticate, request_id
-from sluice.api.ratelimit import shared as shared_rate_limit
 from sluice.codecs.classification import asked
 from sluice.codecs.plain import who_answered
 from sluice.domain.errors import BadRequest, PayloadTooLarge, SluiceError, Unauthenticated
@@ -74,7 +73,7 @@ def _parameter(param: Any) -> Any:
 class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, container: Container) -> None:
         self.container = container
-        self.rate_limit = shared_rate_limit(container)  # the one the HTTP edge counts against: one count a key
+        self.rate_limit = container.rate_limit  # the one the HTTP edge counts against: one count a key
 
     async def _authenticated(self, context: ServicerContext) -> tuple[Principal, dict[str, str]]:
         """The authenticated caller and its metadata (keys lowercased, text values only): as

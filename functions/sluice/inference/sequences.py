@@ -168,10 +168,10 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                 except SluiceError as exc:
                     samples.append((step.stat_key, None))
                     raise _named(exc, step.name, report) from None
-                if finite:  # what the store gives, a feature replacing a tensor of its name included, is looked through
-                    finite = finite.difference(spec.name for spec in step.target.gives)  # type: ignore[union-attr]
-                if made_by:
-                    made_by = {k: v for k, v in made_by.items() if k in given and k not in {spec.name for spec in step.target.gives}}  # type: ignore[union-attr]
+                if finite or made_by:  # what the store gives, a feature replacing a tensor of its name included,
+                    gives = {spec.name for spec in step.target.gives}  # type: ignore[union-attr]
+                    finite = finite.difference(gives)  # is looked through, and is the store's, not a function's
+                    made_by = {k: v for k, v in made_by.items() if k not in gives}
                 ms = (clock() - started) * 1000
                 report.append(looked.report(step.name, ms))
                 if looked.cache_hits is not None:  # rows from the feature cache, and rows whose entity was read

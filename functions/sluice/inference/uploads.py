@@ -26,11 +26,9 @@ from sluice.codecs.triton import (
     binary_json_type,
 )
 from sluice.domain.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
-from sluice.domain.requests import ArrayInputs, RowInputs, Tensor, TensorInputs
+from sluice.domain.requests import ROW_FIELDS, ArrayInputs, RowInputs, Tensor, TensorInputs
 from sluice.domain.uploads import OCTET_STREAM, UPLOAD_ID, Upload
 from sluice.domain.values import decimal, shown
-
-ROW_FIELDS = ("inputs", "features", "batch")  # what a simple-JSON upload holds: one of them, and nothing else
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

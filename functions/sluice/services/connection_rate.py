@@ -5,7 +5,7 @@ WebSocket Lambda: each message may reach another container).
 fixed windows in the registry (`count_message`: every rate's window tested, then all counted,
 at once; DynamoDB on AWS), so every container answering the connection sees one count. A
 fixed window lets a client send up to twice a rate across a window's edge; the local service
-counts a moving window in memory instead (`sluice.api.ratelimit`).
+counts a moving window in memory instead (`sluice.services.ratelimit`).
 """
 
 from __future__ import annotations

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from sluice.services.keys import KeyService
     from sluice.services.models import ModelService
     from sluice.services.monitoring import MonitorService
+    from sluice.services.ratelimit import RateLimit
     from sluice.services.rollouts import RolloutService
     from sluice.settings import Settings
     from sluice.storage import ArtifactStore
@@ -193,6 +194,15 @@ class Container:
         from sluice.services.keys import KeyService
 
         return KeyService(self.registry, cache_ttl_s=self.settings.auth.auth_cache_ttl_s, signal=build_revocation_signal(self.settings))
+
+    @cached_property
+    def rate_limit(self) -> RateLimit | None:
+        """The per-key request rate (`SLUICE_RATE_LIMIT`; None: off) every door of this process
+        counts against, the HTTP edge and the gRPC service alike: one count a key, whichever
+        door it uses."""
+        from sluice.services.ratelimit import RateLimit
+
+        return RateLimit.from_settings(self.settings.admission)
 
     @cached_property
     def admission(self) -> Admission | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from sluice.domain.errors import RateLimited
 
@@ -54,15 +54,3 @@ class RateLimit:
             limit=str(item),
         )
 
-
-_KEPT = "_sluice_rate_limit"  # where a container keeps its one (`shared`)
-
-
-def shared(container: Any) -> RateLimit | None:
-    """The per-key request rate (`SLUICE_RATE_LIMIT`; None: off) every door of `container`'s
-    process counts against, the HTTP edge and the gRPC service alike: one count a key,
-    whichever door it uses. Made on first use and kept on the container."""
-    kept = vars(container)
-    if _KEPT not in kept:
-        kept[_KEPT] = RateLimit.from_settings(container.settings.admission)
-    return kept[_KEPT]  # type: ignore[no-any-return]
