@@ -87,7 +87,7 @@ def _answer(headers: dict[bytes, bytes], body: bytes) -> Any:
     return steady(answer)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(sent=_SENT)
 def test_answered_whole_as_through_the_exchange(demo: Container, sent: dict[str, Any]) -> None:
     made = _APPS.get(id(demo))

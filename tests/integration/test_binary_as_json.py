@@ -31,7 +31,7 @@ def _tensor(draw: Any) -> tuple[str, dict[str, Any]]:
     return model, {"name": "input", "shape": shape, "datatype": datatype, "data": draw(st.lists(v2_values(datatype), min_size=count, max_size=count))}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(sent=_tensor())
 def test_binary_data_answers_as_json(client: TestClient, keys: dict[str, str], sent: tuple[str, dict[str, Any]]) -> None:
     model, tensor = sent

@@ -121,7 +121,7 @@ def test_one_refused_record_among_many_fails_alone_in_a_bounded_number_of_calls(
     assert calls[0] == (1000, None, None)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(values=st.lists(st.integers(-5, 5), min_size=1, max_size=300), max_rows=st.sampled_from([1, 7, 4096]))
 def test_a_record_the_model_fails_on_fails_alone_and_is_not_retried(demo: Container, acme: Principal, values: list[int], max_rows: int) -> None:
     """ONNX Runtime fails a whole call on one record's values (100 // 0): the call is split, the
@@ -260,7 +260,7 @@ def test_a_policy_node_is_run_for_the_principals_tenant(lookup: Container, acme:
         assert own_scores(outcomes[i], i) == LOOKUP_TABLE[values[i]].tolist()  # type: ignore[arg-type]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_record_is_answered_with_its_own_rows_or_fails_alone(lookup: Container, acme: Principal, data: st.DataObject) -> None:
     """Whatever the record counts, rows per record, refused records and rows per call: each
@@ -288,7 +288,7 @@ def test_every_record_is_answered_with_its_own_rows_or_fails_alone(lookup: Conta
         assert [n for n, _, _ in calls] == [sum(rows[i] for i in part) for part in parts]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(values=st.lists(st.floats(-1e6, 1e6, width=32), max_size=20), max_rows=st.integers(1, 8), node=st.booleans())
 def test_records_of_a_scalar_input_are_each_a_call_of_their_own(demo: Container, acme: Principal, values: list[float], max_rows: int, node: bool) -> None:
     """A model whose input is a scalar (shape []) takes no batch: each record (`scalars`: a

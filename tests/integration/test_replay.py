@@ -166,7 +166,7 @@ def mixed_outputs(shadowed: Container, keys: dict[str, str], settings: Any) -> t
     return shadowed, found
 
 
-@examples(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@examples(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(order=st.permutations(range(10)))
 def test_the_verdict_is_the_same_whatever_the_order_of_the_records(mixed_outputs: tuple[Container, Path], acme: Principal, order: list[int]) -> None:
     """Records of one version whose requests asked for different outputs: each record's

@@ -241,7 +241,7 @@ _OPS = st.lists(
 )
 
 
-@examples(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@examples(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=_OPS, max_pending=st.integers(1, 3), end_open=st.booleans())
 def test_every_request_is_written_once_or_dropped_visibly_whatever_the_registry_does(
     tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, bool, int]], max_pending: int, end_open: bool
@@ -331,7 +331,7 @@ def test_refusals_far_apart_in_a_process_that_flushes_rarely_drop_nothing(regist
 _COUNT = st.one_of(st.floats(-1e6, 1e6), st.sampled_from([float("nan"), float("inf"), float("-inf")]))
 
 
-@examples(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@examples(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(adds=st.lists(st.tuples(_COUNT, _COUNT), min_size=1, max_size=12))
 def test_a_count_that_is_not_a_finite_number_never_blocks_its_key(
     tmp_path_factory: pytest.TempPathFactory, adds: list[tuple[float, float]]

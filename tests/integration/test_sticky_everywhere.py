@@ -45,7 +45,7 @@ def _versions(client: TestClient, key: str, user: str, spelling: str) -> dict[st
     return {k: str(v) for k, v in seen.items()}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(user=_USER, spelling=_SPELLING)
 def test_the_same_key_finds_the_same_variant_everywhere(demo: Container, acme: Principal, client: TestClient, user: str, spelling: str) -> None:
     key = _KEYS.get(id(demo))

@@ -442,7 +442,7 @@ def _member_splits(bandit: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"kind": "ensemble", "aggregator": "mean", "members": [split("m1"), split("m2")]}
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(requests=st.integers(1, 12))
 def test_splits_in_two_ensemble_members_count_each_request_once_per_member(
     demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime, requests: int

@@ -206,7 +206,7 @@ def _edited(body: bytes, edit: tuple[Any, ...]) -> bytes:
     return body[:at] + body[at : at + edit[2]] * 2 + body[at + edit[2] :]
 
 
-@settings(max_examples=150, derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=75, derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(changes=st.lists(edits, min_size=1, max_size=4), cuts=st.lists(st.integers(1, 4000), max_size=6), end=st.sampled_from(["done", "gone"]))
 def test_a_mangled_form_never_gets_a_5xx_or_leaves_a_body(
     changes: list[tuple[Any, ...]], cuts: list[int], end: str, app: Any, demo: Container, upload: dict[str, Any], caplog: pytest.LogCaptureFixture

@@ -30,7 +30,7 @@ def _rows(draw: Any) -> tuple[str, list[list[float]]]:
     return model, draw(st.lists(st.lists(value, min_size=width, max_size=width), min_size=1, max_size=4))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(sent=_rows())
 def test_v2_answers_as_simple_json(client: TestClient, keys: dict[str, str], sent: tuple[str, list[list[float]]]) -> None:
     model, rows = sent

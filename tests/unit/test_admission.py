@@ -173,7 +173,7 @@ class _Clock:
         return self.now
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @example(  # a tenant that filled the process, another turned away, a slot back: the first keeps to its share
     limit=2, share=0.5, per_key=4,
     steps=[("enter", "a", 0, True), ("enter", "a", 1, True), ("enter", "b", 0, True), ("leave", 0, 0, False), ("enter", "a", 2, True)],

@@ -45,7 +45,7 @@ def test_a_column_of_numbers_is_the_one_pyarrow_makes(values: np.ndarray, step: 
     assert made.equals(theirs) or np.array_equal(made.to_numpy(zero_copy_only=False), theirs.to_numpy(zero_copy_only=False), equal_nan=True)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(arrays, st.lists(st.integers(0, 40), max_size=4), st.integers(0, 10), st.integers(0, 10))
 def test_a_column_read_is_what_pyarrow_reads(values: np.ndarray, cuts: list[int], start: int, stop: int) -> None:
     """Chunked and sliced (an offset into the buffer), as Parquet row groups and `slice` give them."""
@@ -76,7 +76,7 @@ def shim(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> boo
     return bool(request.param)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.one_of(st.none(), text), max_size=30).flatmap(lambda v: st.sampled_from([v, v * 3, [f"{x}-{i}" for i, x in enumerate(v * 50)]])), st.booleans())
 def test_a_column_of_text_is_the_one_pyarrow_makes(values: list[str | None], own: bool) -> None:
     """Text (None: a null), a few values a row (labels) taken by index, or many distinct left
@@ -105,7 +105,7 @@ def test_a_text_column_falls_back_to_pyarrow_as_it_would_answer() -> None:
         text_column(["\ud800"])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.text(max_size=12), st.integers(0, 70)), min_size=1, max_size=8), st.sampled_from([64, 1 << 20]))
 def test_a_repeated_value_is_the_column_pyarrow_makes_of_it(asked: list[tuple[str, int]], kept_bytes: int) -> None:
     """Whatever was asked before (a longer or shorter run of the same value, other values, the
@@ -178,7 +178,7 @@ FEEDS = {
 }
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.sampled_from(sorted(COLUMN_KINDS)).flatmap(lambda k: st.tuples(st.just(k), COLUMN_KINDS[k], st.sampled_from(FEEDS[k]), st.integers(0, 3))))
 def test_a_chunks_columns_are_fed_as_pyarrow_reads_them(case: tuple[str, list[Any], Feed, int]) -> None:
     """Every kind of column a chunk holds (numbers, booleans, text, Parquet's dictionaries,
@@ -205,7 +205,7 @@ def test_a_chunks_columns_are_fed_as_pyarrow_reads_them(case: tuple[str, list[An
     assert repr(fed()) == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(arrays.flatmap(lambda v: st.tuples(st.just(v), st.lists(st.booleans(), min_size=len(v), max_size=len(v)))), st.integers(0, 10), st.booleans())
 def test_nulls_read_as_pyarrow_reads_them(case: tuple[np.ndarray, list[bool]], start: int, chunked: bool) -> None:
     """With nulls (a validity bitmap at an offset): `null_slots` reads each null as 0 (False),
@@ -232,7 +232,7 @@ tensors = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.dictionaries(st.sampled_from(["a", "b", "c"]), tensors, min_size=1, max_size=3))
 def test_a_function_steps_arrow_payload_is_the_one_pyarrow_makes_and_reads(arrays: dict[str, np.ndarray]) -> None:
     """A function step's Arrow stream (`sluice.codecs.function_payloads`), written and read with

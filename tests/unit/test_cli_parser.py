@@ -29,7 +29,7 @@ def _read(parser: Any, argv: list[str]) -> tuple[str, Any, str]:
             return f"exit {exc.code}", out.getvalue(), err.getvalue()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.sampled_from(WORDS), max_size=7))
 def test_a_command_s_own_parser_reads_every_line_as_the_full_parser_does(argv: list[str]) -> None:
     assert _read(_parser(_command_of(argv)), argv) == _read(_parser(None), argv)

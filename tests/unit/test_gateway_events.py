@@ -112,7 +112,7 @@ RESPONSES = st.fixed_dictionaries({
 BASES = st.sampled_from(["/", "prod", "/prod", ""])
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event=rest_events(), responses=st.lists(RESPONSES, min_size=1, max_size=3), base=BASES)
 @example(event=json.loads((EVENTS / "api_rest_predict.json").read_text()), responses=[{"status": 200, "headers": [(b"content-type", b"application/json")], "body": b"{}"}], base="/")
 @example(  # headers that are not an object, holding the multi-valued ones' names: Mangum refuses it, as must this
@@ -123,7 +123,7 @@ def test_a_rest_event_is_translated_as_mangum_translates_it(event: dict[str, Any
     _same(event, responses, base)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event=http_events(), responses=st.lists(RESPONSES, min_size=1, max_size=3), base=BASES)
 def test_an_http_api_event_is_translated_as_mangum_translates_it(event: dict[str, Any], responses: list[Any], base: str) -> None:
     _same(event, responses, base)

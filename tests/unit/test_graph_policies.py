@@ -202,7 +202,7 @@ def row_conditions(draw: st.DrawFn) -> dict[str, Any]:
     return compare
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(rows=ROWS, cases=st.lists(st.one_of(row_conditions(), st.builds(lambda a, b: {"any": [a, b]}, row_conditions(), row_conditions())), min_size=1, max_size=4))
 def test_a_row_takes_the_same_case_alone_and_among_others(rows: list[tuple[float, float]], cases: list[dict[str, Any]]) -> None:
     when = conditions(switch(*((f"c{i}", c) for i, c in enumerate(cases))))
@@ -215,7 +215,7 @@ PAST_EVERY_FLOAT = st.integers(min_value=2**1024, max_value=10**400).flatmap(lam
 COMPARED = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     value=PAST_EVERY_FLOAT,
     op=st.sampled_from([*COMPARED, "in"]),
@@ -240,7 +240,7 @@ def test_an_integer_past_every_float_is_compared_exactly_with_input_and_paramete
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(found=INT64, delta=st.integers(min_value=-2, max_value=2), op=st.sampled_from(list(COMPARED)), wanted_as_float=st.booleans())
 @example(found=9007199254740993, delta=0, op="==", wanted_as_float=False)
 @example(found=9007199254740993, delta=-1, op="==", wanted_as_float=False)

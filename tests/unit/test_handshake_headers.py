@@ -17,7 +17,7 @@ _names = st.one_of(
 _values = st.one_of(st.text(max_size=40), st.text(max_size=3000))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(headers=st.dictionaries(_names, _values, max_size=12))
 def test_the_headers_kept_carry_no_credential_and_fit_the_authorizers_answer(headers: dict[str, str]) -> None:
     kept = handshake_headers(headers)

@@ -68,7 +68,7 @@ def outcome(work: Any) -> Any:
     }
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(answers())
 def test_the_store_lists_spread_to_rows_as_the_cached_path_serves_them(case: tuple[Lookup, list[tuple[str, ...]], Found]) -> None:
     node, keys, found = case
@@ -190,7 +190,7 @@ def cast(values: list[Any], datatype: str) -> Any:
         return exc.message
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(STORED, st.sampled_from(DATATYPES))
 def test_a_stored_value_is_its_datatypes_value_exactly_or_a_502_naming_it(value: Any, datatype: str) -> None:
     """Whole numbers exactly (never through a float: 2**53 + 1 stays itself), within the
@@ -209,7 +209,7 @@ def test_a_stored_value_is_its_datatypes_value_exactly_or_a_502_naming_it(value:
         assert got == [want] and type(got[0]) is type(want.item() if isinstance(want, np.generic) else want), (got, want)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.sampled_from(["INT32", "INT64", "FP32", "FP64"]), st.data())
 def test_numbers_the_store_types_cast_as_their_text_does(datatype: str, data: st.DataObject) -> None:
     """SQLite's typed numbers take the fast path; DynamoDB's text the value-by-value one: the same

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from sluice.millis import ms3
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(st.floats(min_value=0.0, max_value=1e7) | st.floats(min_value=0.0, max_value=2.0) | st.floats(min_value=-1e7, max_value=1e20))
 @example(0.0005)
 @example(0.0015)

@@ -168,7 +168,7 @@ def test_a_two_class_models_precision_and_recall_have_no_value_when_its_positive
     assert (decision.action, decision.reason) == ("hold", "gate recall>=0.9 has no value yet")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from("012"), st.sampled_from("012")), min_size=1, max_size=60), st.integers(1, 3))
 def test_a_two_class_models_precision_and_recall_are_its_positive_classs_whatever_labels_come(pairs: list[tuple[str, str]], posts: int) -> None:
     """Class "1" of a two-class model, among labels that may be neither of its classes (a

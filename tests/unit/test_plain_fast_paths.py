@@ -111,7 +111,7 @@ def batches(draw: st.DrawFn, signature: Signature) -> list[Any]:
     return rows
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.data(), st.sampled_from([1, plain_inputs.ALIKE_ROWS]))
 def test_rows_of_objects_read_as_the_row_by_row_loop_reads_them(data: st.DataObject, alike_rows: int) -> None:
     """Whatever the number of rows from which the fast path is taken (a batch of 1 to 12 rows)."""
@@ -159,7 +159,7 @@ def classified(draw: st.DrawFn) -> tuple[Signature, InferenceResult]:
     return Signature((), specs), InferenceResult({name: arrays[name] for name in given_}, classes)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(classified(), st.booleans())
 def test_answer_rows_are_those_built_a_row_at_a_time(answer: tuple[Signature, InferenceResult], probabilities: bool) -> None:
     """Probabilities, labels, values and classes present as they did, a signature's roles
@@ -212,7 +212,7 @@ column_values = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(column_values, st.data())
 def test_an_output_column_reads_as_it_did_row_by_row(values: np.ndarray, data: st.DataObject) -> None:
     """A label, value or vector per row (any shape with the rows first) reads as before."""
@@ -223,7 +223,7 @@ def test_an_output_column_reads_as_it_did_row_by_row(values: np.ndarray, data: s
     assert repr(_column(array, n)) == repr(reference_column(array, n))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(classified(), st.booleans())
 def test_batch_columns_are_those_pyarrow_makes_itself(answer: tuple[Signature, InferenceResult], flat: bool) -> None:
     """A batch part's columns, made from the arrays' buffers and the labels' text without

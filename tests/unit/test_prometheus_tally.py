@@ -55,7 +55,7 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text) for s in f.samples}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.lists(PREDICTION, max_size=40))
 def test_a_scrape_reads_what_calling_the_client_per_prediction_would_have_written(predictions: list[Any]) -> None:
     tallied, reference = PrometheusMetrics(), PrometheusMetrics()

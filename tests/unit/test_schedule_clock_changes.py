@@ -64,7 +64,7 @@ _MINUTE = st.one_of(st.integers(0, 59).map(str), st.just("*/15"), st.just("0,30"
 _HOUR = st.one_of(st.integers(0, 23).map(str), st.just("*"), st.just("0-3"), st.just("1,2"), st.just("*/2"))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(zone=st.sampled_from(ZONES), minute=_MINUTE, hour=_HOUR, which=st.integers(0, 3))
 def test_a_skipped_time_does_not_fire_and_a_repeated_one_fires_once(zone: str, minute: str, hour: str, which: int) -> None:
     change = CHANGES[zone][which]

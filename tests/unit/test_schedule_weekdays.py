@@ -73,7 +73,7 @@ def _eventbridge(field: str) -> set[date]:
     return {d for d in YEAR if weekday(d) in named}
 
 
-@examples(max_examples=300, deadline=None)
+@examples(max_examples=150, deadline=None)
 @given(dow=_FIELD)
 def test_a_day_of_week_field_names_the_same_days_locally_and_on_eventbridge(dow: str) -> None:
     try:

@@ -53,7 +53,7 @@ def _objects(values: list[Any]) -> np.ndarray:
     return array
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(columns=st.dictionaries(st.sampled_from(["output", "probabilities", "label", "x"]), st.lists(_value, min_size=3, max_size=3), min_size=1))
 def test_a_row_reads_back_as_json_alone_reads_it(columns: dict[str, list[Any]]) -> None:
     bodies = encode_rows({name: _objects(values) for name, values in columns.items()}, 3)
@@ -139,7 +139,7 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[SqlitePrecomputed,
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # a long integer as FP16: inf, both ways
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     datatype=st.sampled_from(["FP16", "FP32", "FP64"]),
     values=st.lists(

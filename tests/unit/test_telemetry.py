@@ -404,7 +404,7 @@ def test_consecutive_invocations_keys_and_lines_are_powertools_own(
         assert lines_ == own  # the lines of these keys, as powertools' formatter writes them
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
     variant=st.booleans(),
     cached=st.sampled_from([None, True, False]),

@@ -61,7 +61,7 @@ CASES: list[tuple[list[dict[str, Any]], str, Any]] = [
 
 
 @pytest.mark.parametrize(("ops", "name", "reference"), CASES, ids=[c[0][0]["op"] for c in CASES])
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(data=st.data())
 def test_an_op_matches_numpy_and_a_row_alone_gets_its_answer_among_others(ops: list[dict[str, Any]], name: str, reference: Any, data: Any) -> None:
     n = data.draw(st.integers(1, 12))
@@ -172,7 +172,7 @@ def test_a_plan_knows_which_outputs_are_finite_by_construction(ops: list[dict[st
 _PARAMETER = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**1000), 2**1000).map(lambda i: i if abs(i) < 1e308 else 7))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     op=st.sampled_from(["clip_min", "clip_max", "fill", "platt", "ordinal"]),
     value=_PARAMETER,

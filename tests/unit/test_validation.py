@@ -108,7 +108,7 @@ def test_a_few_values_read_as_python_floats_are_refused_as_numpy_refuses_them(ro
 _values = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(2**40), 2**40), st.just(1e300))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     rows=st.integers(0, 40),
     kind=st.sampled_from(["float64", "int64", "float32", "float16", "bool", "int32"]),

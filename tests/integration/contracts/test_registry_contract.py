@@ -526,7 +526,7 @@ _STAT = st.one_of(
 _DEPLOYMENTS = itertools.count()
 
 
-@examples(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@examples(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(adds=st.lists(st.tuples(_STAT, _STAT), min_size=1, max_size=6))
 def test_no_statistic_value_keeps_a_key_from_being_written(registry: Registry, adds: list[tuple[float, float]]) -> None:
     """Whatever a count is (NaN, 1e140: past DynamoDB's 9.99e125, 1e-140: below its 1e-130),

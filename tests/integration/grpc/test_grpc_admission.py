@@ -99,7 +99,7 @@ CALLS: dict[str, tuple[str, Any, str | None]] = {
 }
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(sorted(CALLS)), min_size=1, max_size=10))
 def test_every_unary_call_gives_back_its_slots_and_is_counted_once(served: Container, acme: Principal, keys: dict[str, str], mix: list[str]) -> None:
     """One slot for the key and one for the process: whatever a call ends with, the next one

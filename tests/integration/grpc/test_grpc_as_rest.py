@@ -90,7 +90,7 @@ def _grpc_outputs(response: Any) -> dict[str, tuple[str, list[int], list[Any]]]:
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(request=_REQUEST | _right())
 def test_grpc_answers_as_rest_for_any_request(grpc_url: str, rest: TestClient, keys: dict[str, str], request: dict[str, Any]) -> None:
     import grpc

@@ -354,7 +354,7 @@ _STREAMED = st.fixed_dictionaries({
 })  # fmt: skip
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(sent=st.lists(_STREAMED, min_size=1, max_size=5))
 def test_every_answer_on_a_stream_says_which_request_it_answers(grpc_url: str, keys: dict[str, str], sent: list[dict[str, Any]]) -> None:
     """Several requests in flight on one stream, any of them failing: each answer, an error or

@@ -129,7 +129,7 @@ _ASKS = st.fixed_dictionaries({}, optional={"classification": st.integers(1, 3),
 
 
 @given(first=_ASKS, second=_ASKS, name=st.sampled_from(["output_probability", "output_label"]))
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_an_output_asked_for_twice_is_refused_on_every_door_whatever_the_asks(
     grpc_url: str, keys: dict[str, str], client: TestClient, first: dict[str, Any], second: dict[str, Any], name: str
 ) -> None:

@@ -139,7 +139,7 @@ def scalar(demo: Container, acme: Principal) -> Container:
 SCALAR_LINE = st.tuples(st.sampled_from(["v2", "plain", "row"]), st.floats(-1e6, 1e6, width=32))
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(lines=st.lists(SCALAR_LINE, min_size=1, max_size=12), batch=st.integers(1, 5))
 def test_every_line_of_a_scalar_model_is_answered_alone_or_refused_alone(
     scalar: Container, here: None, tmp_path: Path, lines: list[tuple[str, float]], batch: int

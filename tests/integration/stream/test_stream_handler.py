@@ -731,7 +731,7 @@ def test_every_id_comes_back_as_given_or_its_record_fails_naming_it(bind: Bind, 
 
     handle = bind({"kind": "stdout"})
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(st.lists(_ids(), min_size=1, max_size=4))
     def check(ids: list[tuple[str, Any]]) -> None:
         written = io.BytesIO()
@@ -942,7 +942,7 @@ def test_a_record_nested_too_deep_to_read_fails_alone_on_every_source(bind: Bind
     handle = bind({"kind": "stdout"})
     events = {"sqs": sqs_event, "kinesis": kinesis_event, "kafka": kafka_event}
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(
         source=st.sampled_from(sorted(events)),
         member=st.sampled_from(["features", "inputs", "batch", "id"]),
