@@ -197,3 +197,46 @@ def test_a_key_has_one_rate_whichever_door_it_uses(tmp_path: Path, acme: Princip
         answered = [doors[0]() for _ in range(2)] + [doors[1]() for _ in range(2)]
         g.close()
     assert answered[:3] == ["ok", "ok", "ok"] and answered[3] in ("429", "StatusCode.RESOURCE_EXHAUSTED"), answered
+
+
+@pytest.mark.parametrize("door", ["http", "grpc"])
+def test_a_request_refused_for_too_many_in_flight_takes_none_of_its_keys_rate(tmp_path: Path, acme: Principal, door: str) -> None:
+    """Admission is asked before the rate is counted, on both doors: requests refused while the
+    key holds its one request in flight cost nothing of its rate of 2 a minute (both are
+    answered once the slot is free), and a request refused by its rate holds no slot."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    from tests.integration.grpc.conftest import run_server
+
+    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", rate_limit="2/minute", max_in_flight_per_key=1))
+    from sluice.demo import install_demo
+
+    install_demo(container, acme, MODELS)
+    _, key = container.keys.create("acme", ["predict"])
+    holder = container.keys.authenticate(key)
+    admission = container.admission
+    assert admission is not None
+    client = TestClient(create_app(container))
+    row = grpcclient.InferInput("input", [1, 4], "FP32")
+    row.set_data_from_numpy(np.asarray([[5.1, 3.5, 1.4, 0.2]], dtype=np.float32))
+    with run_server(container) as url:
+        g = grpcclient.InferenceServerClient(url)
+
+        def ask() -> str:
+            if door == "http":
+                answer = client.post("/api/v1/predictions", json={"deployment": "iris", "features": IRIS_ROW}, headers=auth(key))
+                return "ok" if answer.status_code == 200 else answer.json()["code"]
+            try:
+                g.infer("iris", [row], headers={"authorization": f"Bearer {key}"})
+                return "ok"
+            except grpcclient.InferenceServerException as exc:
+                return "rate_limited" if "rate" in str(exc) else str(exc.status())
+
+        with admission.held(holder):  # the key's one request in flight
+            refused = [ask() for _ in range(3)]
+        answered = [ask() for _ in range(3)]
+        g.close()
+    assert refused == ["too_many_in_flight"] * 3 if door == "http" else all(r == "StatusCode.RESOURCE_EXHAUSTED" for r in refused), refused
+    assert answered == ["ok", "ok", "rate_limited"], answered
+    assert admission.per_key is not None and admission.per_key.count(holder.subject) == 0  # the rate's refusal held no slot

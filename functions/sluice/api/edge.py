@@ -30,7 +30,7 @@ from sluice.api.encoding import accepts_gzip, behind_api_gateway, gzip_whole
 from sluice.api.errors import error_content, error_response
 from sluice.api.responses import JSONResponse, lambda_size_over
 from sluice.codecs.binary import HEADER, split_body
-from sluice.domain.errors import PayloadTooLarge, SluiceError
+from sluice.domain.errors import PayloadTooLarge
 from sluice.registry.scope import bind_tenant, unbind_tenant
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class Edge:
             await self.wrong_method(scope)(scope, receive, send)
             return
         admission, prediction = container.admission, found is not None
-        refused = self._enter(container, principal, found, scope)  # before a byte of the body is read
+        refused = await self._enter(container, principal, found, scope)  # before a byte of the body is read
         if refused is not None:
             await refused(scope, receive, send)
             return
@@ -183,7 +183,7 @@ class Edge:
         headers = Headers(scope=scope)
         container, principal, refusal = await self._admit(scope, headers)
         if refusal is None:
-            refusal = self._enter(container, principal, found, scope)
+            refusal = await self._enter(container, principal, found, scope)
         if refusal is not None:
             return refusal
         token = bind_tenant(principal.tenant)
@@ -195,15 +195,27 @@ class Edge:
             if container.admission is not None:  # answered: the slot is free as the answer goes out
                 container.admission.leave(principal, prediction=True)
 
-    def _enter(self, container: Container, principal: Principal, found: tuple[HotRoute, dict[str, str]] | None, scope: Scope) -> Response | None:
+    async def _enter(self, container: Container, principal: Principal, found: tuple[HotRoute, dict[str, str]] | None, scope: Scope) -> Response | None:
         """The request admitted in flight (`sluice.services.admission`; nothing to admit in
-        Lambda), or its refusal (429, 503), a refused prediction counted (`sluice.inference.outcomes`)."""
-        admission = container.admission
-        if admission is None:
-            return None
+        Lambda), then one request of its key's rate counted (`SLUICE_RATE_LIMIT`, the one the
+        gRPC service counts against too), before a byte of the body is read; or the refusal
+        (429 with Retry-After, 503), a refused prediction counted (`sluice.inference.outcomes`).
+        In that order, so that a request refused for too many in flight takes no slot of its
+        key's rate, and one refused by its rate holds no slot in flight."""
+        admission, prediction = container.admission, found is not None
+        entered = False
         try:
-            admission.enter(principal, prediction=found is not None)
-        except SluiceError as exc:
+            if admission is not None:
+                admission.enter(principal, prediction=prediction)
+                entered = True
+            rate_limit = container.rate_limit
+            if rate_limit is not None:
+                await rate_limit.check(principal.subject)
+        except BaseException as exc:
+            if entered:
+                admission.leave(principal, prediction=prediction)  # type: ignore[union-attr]
+            if not isinstance(exc, Exception):  # cancelled: nothing to answer
+                raise
             if found is not None:
                 container.predictions.outcomes.refused(principal.tenant, found[1].get("name"), exc)
             return error_response(exc, scope["path"])
@@ -220,7 +232,7 @@ class Edge:
 
     async def _admit(self, scope: Scope, headers: Headers) -> tuple[Container, Principal, Response | None]:
         """The container and the principal, or the refusal to answer (a 401, the registry
-        down, a 429 with Retry-After): all before the body is read."""
+        down): before the body is read."""
         try:
             container = self.container()
             principal = self.known(scope, headers, container) if self.known else None
@@ -229,15 +241,6 @@ class Edge:
         except Exception as exc:
             return None, None, error_response(exc, scope["path"])  # type: ignore[return-value]
         scope[PRINCIPAL] = principal  # the routes behind read it (`deps.get_principal`)
-        rate_limit = container.rate_limit  # the one its gRPC service counts against too
-        if rate_limit is not None:
-            try:
-                await rate_limit.check(principal.subject)
-            except Exception as exc:
-                found = self._hot(scope) if scope["method"] == "POST" else None
-                if found is not None:  # a prediction refused: counted (`sluice.inference.outcomes`)
-                    container.predictions.outcomes.refused(principal.tenant, found[1].get("name"), exc)
-                return container, principal, error_response(exc, scope["path"])
         return container, principal, None
 
     async def _answer(

@@ -44,7 +44,7 @@ from sluice.services.keys import HeldKey
 from sluice.services.triton_ext import TritonExtensions, control_refused
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Iterator
 
     from grpc.aio import ServicerContext
 
@@ -100,12 +100,13 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     @contextlib.asynccontextmanager
     async def _admitted(self, principal: Principal) -> AsyncIterator[None]:
-        """The caller's rate counted, and the call one of its key's requests in flight while the
-        block runs (RESOURCE_EXHAUSTED past the cap)."""
-        if self.rate_limit is not None:
-            await self.rate_limit.check(principal.subject)
+        """The call one of its key's requests in flight while the block runs (RESOURCE_EXHAUSTED
+        past the cap), then the caller's rate counted: as the HTTP edge, a call refused for too
+        many in flight takes no slot of its key's rate, one refused by its rate none in flight."""
         admission = self.container.admission
         with admission.held(principal, prediction=False) if admission is not None else contextlib.nullcontext():
+            if self.rate_limit is not None:
+                await self.rate_limit.check(principal.subject)
             yield
 
     @contextlib.asynccontextmanager
@@ -159,19 +160,26 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: Any, context: ServicerContext) -> Any:
         """`_tenant_call`'s rules written out, on the path every unary inference takes: the
         call is one of its key's requests in flight and one of the process's predictions,
-        entered at once; refused there (or by the rate), it is counted as a request."""
+        entered at once, then its key's rate counted (as the HTTP edge: a call refused for too
+        many in flight takes no slot of the rate, one refused by its rate none in flight);
+        refused there, it is counted as a request."""
         principal, admitted = None, False
         try:
             principal, metadata = await self._authenticated(context)
-            if self.rate_limit is not None:
-                await self.rate_limit.check(principal.subject)
             admission = self.container.admission
             if admission is not None:
                 admission.enter(principal)
+            try:
+                if self.rate_limit is not None:
+                    await self.rate_limit.check(principal.subject)
+            except BaseException:
+                if admission is not None:
+                    admission.leave(principal)
+                raise
             admitted = True
             token = bind_tenant(principal.tenant)
             try:
-                return await self._infer(principal, metadata, request, admitted=True)
+                return await self._infer(principal, metadata, request)
             finally:
                 unbind_tenant(token)
                 if admission is not None:
@@ -207,15 +215,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                 except Exception as exc:  # revoked: UNAUTHENTICATED; the registry down: UNAVAILABLE, said as any call's failure
                     await self._fail(context, exc)
                 try:
-                    if not counted and self.rate_limit is not None:
-                        try:
-                            await self.rate_limit.check(principal.subject)
-                        except SluiceError as exc:  # a request refused by its rate: counted as a unary one is
-                            outcomes.refused(principal.tenant, request.model_name, exc)
-                            raise
-                    counted = False
-                    with use_tenant(principal.tenant):
-                        answer = await self._infer(principal, metadata, request)  # wire.write_stream_response
+                    with self._predicting(principal, request.model_name):  # then its rate, as a unary call's
+                        if not counted and self.rate_limit is not None:
+                            try:
+                                await self.rate_limit.check(principal.subject)
+                            except SluiceError as exc:  # a request refused by its rate: counted as a unary one is
+                                outcomes.refused(principal.tenant, request.model_name, exc)
+                                raise
+                        counted = False
+                        with use_tenant(principal.tenant):
+                            answer = await self._infer(principal, metadata, request)  # wire.write_stream_response
                 except Exception as exc:
                     answer = _stream_error(request, exc)
                 # Yielded outside the tenant's scope: a stream the client cancels is closed
@@ -223,16 +232,34 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                 # scope's variable can only be reset in the context that set it.
                 yield answer
 
-    async def _infer(self, principal: Principal, metadata: dict[str, str], request: Any, *, admitted: bool = False) -> Any:
-        """One inference; whatever fails in it is counted once (`sluice.inference.outcomes`).
-        `admitted`: already one of the process's predictions in flight (else counted here)."""
+    @contextlib.contextmanager
+    def _predicting(self, principal: Principal, deployment: str) -> Iterator[None]:
+        """One of the process's predictions in flight while the block runs (a stream's request:
+        its key's slot is the stream's); refused (503), counted as a refused request."""
+        admission = self.container.admission
+        if admission is None:
+            yield
+            return
         try:
-            return await self._infer_counted(principal, metadata, request, admitted)
+            admission.enter(principal, key=False)
+        except SluiceError as exc:
+            self.container.predictions.outcomes.refused(principal.tenant, deployment, exc)
+            raise
+        try:
+            yield
+        finally:
+            admission.leave(principal, key=False)
+
+    async def _infer(self, principal: Principal, metadata: dict[str, str], request: Any) -> Any:
+        """One inference, already one of the process's predictions in flight; whatever fails
+        in it is counted once (`sluice.inference.outcomes`)."""
+        try:
+            return await self._infer_counted(principal, metadata, request)
         except Exception as exc:
             await self.container.predictions.outcomes.failed(principal.tenant, request.model_name, exc)
             raise
 
-    async def _infer_counted(self, principal: Principal, metadata: dict[str, str], request: Any, admitted: bool) -> Any:
+    async def _infer_counted(self, principal: Principal, metadata: dict[str, str], request: Any) -> Any:
         if getattr(request, "malformed", None):
             raise request.malformed
         message = request.message  # its fields; the raw contents are the request's (wire.InferRequest)
@@ -256,16 +283,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             parameters=params,
         )
         service = self.container.predictions
-        # Each inference, unary or a stream's message, is one of the process's predictions.
-        admission = None if admitted else self.container.admission
-        if admission is not None:
-            admission.enter(principal, key=False)
-        try:
-            prediction = await service.predict(principal, core)
-            response = response_of(pb, prediction, request_id=message.id, wanted=wanted, who=who_answered(prediction), classify=classify)
-        finally:
-            if admission is not None:
-                admission.leave(principal, key=False)
+        prediction = await service.predict(principal, core)
+        response = response_of(pb, prediction, request_id=message.id, wanted=wanted, who=who_answered(prediction), classify=classify)
         if service.stats_due():  # flushed beside the answer, as HTTP flushes after it
             asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
         size, limit = response.byte_size(), self.container.settings.limits.max_response_bytes

@@ -22,7 +22,8 @@ class AdmissionSettings(Group):
         description="`sluice serve`: requests one API key may make, in the `limits` package's notation: "
         "`10/second`, `600/minute`, or several joined by `;` (`600/minute;20/second`: 600 a minute "
         "with bursts of at most 20 in any second), counted in a moving window. Past it the request "
-        "is answered 429 with Retry-After, after authentication and before its body is read. Empty: "
+        "is answered 429 with Retry-After, after authentication and admission (a request refused for "
+        "too many in flight costs none of it) and before its body is read. Empty: "
         "off. Needs the `serve` extra. Not for AWS: API Gateway usage plans throttle each tenant there "
         "(see `usage_key_prefix`).",
     )
