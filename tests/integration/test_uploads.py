@@ -328,3 +328,32 @@ def test_an_upload_of_more_rows_than_an_asynchronous_endpoint_batches_is_refused
     assert in_line.status_code == uploaded.status_code == 400, (in_line.text, uploaded.text)
     assert "at most 2 rows" in uploaded.json()["error"] and uploaded.json()["field"] == "upload_id"
     assert echo.calls == []  # nothing queued
+
+
+@pytest.mark.parametrize(
+    ("beside", "field"),
+    [
+        ({"outputs": [{"name": "output"}]}, "outputs"),
+        ({"outputs": [{"name": "output", "parameters": {"classification": 1}}]}, "outputs"),
+        ({"parameters": {"binary_data_output": True}}, "parameters.binary_data_output"),
+    ],
+)
+def test_what_is_asked_beside_an_upload_queued_as_it_lies_is_refused_never_dropped(
+    client: TestClient, keys: dict[str, str], echo: Echo, demo: Container, beside: dict[str, Any], field: str
+) -> None:
+    """The asynchronous endpoint gets the uploaded body and nothing else: outputs, their
+    classification or binary outputs asked in the request that names the upload would be
+    dropped, so the request is refused naming the field, and nothing is queued."""
+    data, header = binary_body(2)
+    upload = make_upload(client, keys["acme_predict"], deployment="big", content_type="application/octet-stream", size=len(data), header_size=header).json()
+    assert post_form(client, upload, data).status_code == 204
+    body = {"inputs": [], **beside, "parameters": {**beside.get("parameters", {}), "upload_id": upload["upload_id"]}}
+    answer = client.post("/v2/models/big/infer", json=body, headers=auth(keys["acme_predict"]))
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["field"] == field and "upload" in answer.json()["error"]
+    assert demo.runtimes["sagemaker"]._queue is None  # type: ignore[attr-defined]  # nothing queued
+    # the same upload, asked for nothing beside it, is queued
+    answer = client.post("/v2/models/big/infer", json={"inputs": [], "parameters": {"upload_id": upload["upload_id"]}}, headers=auth(keys["acme_predict"]))
+    assert answer.status_code == 202, answer.text
+    demo.runtimes["sagemaker"]._queue.shutdown(wait=True)  # type: ignore[attr-defined]
+    assert len(echo.calls) == 1 and echo.calls[0]["Body"] == data

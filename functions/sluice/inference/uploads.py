@@ -243,6 +243,21 @@ def _asks_nothing(name: str, value: Any, upload: Upload) -> bool:
     return value is None and field is not None and field.default is None
 
 
+# The request parameters that change how an answer is written: read by the answer for a request
+# in line, and carried by nothing on a body queued as it lies.
+ANSWER_PARAMETERS = ("binary_data_output",)
+
+
+def asked_beside(request: PredictionRequest) -> str | None:
+    """The field of a request naming an upload that asks for something in the answer (its
+    outputs, one of `ANSWER_PARAMETERS`), or None: a body queued as it lies for asynchronous
+    inference is answered as it asks, and whatever is asked beside it would be dropped."""
+    if request.outputs is not None or request.classify:
+        return "outputs"
+    params = request.parameters or {}
+    return next((f"parameters.{name}" for name in ANSWER_PARAMETERS if params.get(name) is not None), None)
+
+
 async def request_from_upload(
     uploads: UploadService | None, runtimes: Mapping[str, Any], principal: Principal, resolved: Resolved, request: PredictionRequest, given: UploadInputs
 ) -> PredictionRequest:
@@ -261,7 +276,7 @@ async def request_from_upload(
     if given.form == "v2" and resolved.node.kind == "single":
         submit = getattr(runtimes.get(version.runtime), "submit_upload", None)
         if submit is not None:
-            await submit(version, upload)  # raises Accepted when it queues the body
+            await submit(version, upload, beside=asked_beside(request))  # raises Accepted when it queues the body
     most = uploads.settings.upload_inline_max_bytes
     if upload.size > most:
         raise PayloadTooLarge(

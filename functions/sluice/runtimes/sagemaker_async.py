@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sluice.codecs.triton import BINARY_JSON_CONTENT_TYPE, JSON_CONTENT_TYPE, encode_request
-from sluice.domain.errors import Accepted, BackendError, InvalidInput, PayloadTooLarge
+from sluice.domain.errors import Accepted, BackendError, BadRequest, InvalidInput, PayloadTooLarge
 from sluice.domain.results import rows_of
 from sluice.runtimes.sagemaker_errors import mapped
 from sluice.runtimes.sagemaker_target import EndpointTarget
@@ -78,7 +78,7 @@ class AsyncInference:
         )
         await self._enqueue(version, target, result_id, input_uri, len(body.body), body.content_type, lambda: body.body)
 
-    async def submit_upload(self, version: ModelVersion, upload: Upload) -> None:
+    async def submit_upload(self, version: ModelVersion, upload: Upload, *, beside: str | None = None) -> None:
         """Queue an upload's body for asynchronous inference as it lies in the store (its URI is
         `InvokeEndpointAsync`'s `InputLocation`: nothing is copied) and raise `Accepted`. Returns
         without doing anything when the version's endpoint takes no asynchronous requests: the
@@ -87,10 +87,19 @@ class AsyncInference:
         The body goes to the container unchanged, so it must be what Triton takes (v2 JSON, or
         binary+json). Of a binary body the JSON header alone is read and checked first: its
         inputs must be the signature's, its tensors' bytes must add up to the body, and no output
-        may be asked for in binary (an answer in S3 carries no header size to decode it by)."""
+        may be asked for in binary (an answer in S3 carries no header size to decode it by).
+        `beside`: the field of the request naming the upload that asks for something in the
+        answer (outputs, classification, binary outputs), refused here: nothing but the body
+        reaches the endpoint, so it would be dropped."""
         target = EndpointTarget.of(version)
         if not target.takes_async:
             return
+        if beside is not None:
+            raise BadRequest(
+                f"{beside}: an upload queued for asynchronous inference is answered as its own body asks; "
+                "name the outputs and their parameters in the uploaded request, not beside upload_id",
+                field=beside,
+            )
         if self.results is None:
             raise PayloadTooLarge(
                 "asynchronous inference needs a result store (S3 or the local folder); none is configured", field="upload_id"
