@@ -240,3 +240,29 @@ def test_a_request_refused_for_too_many_in_flight_takes_none_of_its_keys_rate(tm
     assert refused == ["too_many_in_flight"] * 3 if door == "http" else all(r == "StatusCode.RESOURCE_EXHAUSTED" for r in refused), refused
     assert answered == ["ok", "ok", "rate_limited"], answered
     assert admission.per_key is not None and admission.per_key.count(holder.subject) == 0  # the rate's refusal held no slot
+
+
+def test_requests_refused_by_admission_or_their_rate_are_counted_and_logged_together(
+    tmp_path: Path, acme: Principal, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A line per refused request would add to the load that caused them: refusals (too many in
+    flight, past the key's rate) are counted each, in the failures and by code, and logged
+    together, one line in a while, never a "prediction failed" line each."""
+    from sluice.demo import install_demo
+
+    caplog.set_level("INFO")
+    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", rate_limit="1/minute", max_in_flight_per_key=1))
+    install_demo(container, acme, MODELS)
+    _, key = container.keys.create("acme", ["predict"])
+    client = TestClient(create_app(container))
+    body = {"deployment": "iris", "features": IRIS_ROW}
+    assert container.admission is not None
+    with container.admission.held(container.keys.authenticate(key)):
+        statuses = [client.post("/api/v1/predictions", json=body, headers=auth(key)).status_code for _ in range(3)]
+    statuses += [client.post("/api/v1/predictions", json=body, headers=auth(key)).status_code for _ in range(3)]
+    assert statuses == [429, 429, 429, 200, 429, 429]
+    messages = [record.getMessage() for record in caplog.records]
+    assert "prediction failed" not in messages
+    assert messages.count("requests refused by admission") == 1
+    assert container.telemetry.refusals == {"too_many_in_flight": 3, "rate_limited": 2}
+    assert container.telemetry.errors == 5

@@ -210,7 +210,7 @@ class Edge:
                 entered = True
             rate_limit = container.rate_limit
             if rate_limit is not None:
-                await rate_limit.check(principal.subject)
+                await rate_limit.check(principal.subject, principal.tenant)
         except BaseException as exc:
             if entered:
                 admission.leave(principal, prediction=prediction)  # type: ignore[union-attr]

@@ -106,7 +106,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         admission = self.container.admission
         with admission.held(principal, prediction=False) if admission is not None else contextlib.nullcontext():
             if self.rate_limit is not None:
-                await self.rate_limit.check(principal.subject)
+                await self.rate_limit.check(principal.subject, principal.tenant)
             yield
 
     @contextlib.asynccontextmanager
@@ -171,7 +171,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                 admission.enter(principal)
             try:
                 if self.rate_limit is not None:
-                    await self.rate_limit.check(principal.subject)
+                    await self.rate_limit.check(principal.subject, principal.tenant)
             except BaseException:
                 if admission is not None:
                     admission.leave(principal)
@@ -218,7 +218,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                     with self._predicting(principal, request.model_name):  # then its rate, as a unary call's
                         if not counted and self.rate_limit is not None:
                             try:
-                                await self.rate_limit.check(principal.subject)
+                                await self.rate_limit.check(principal.subject, principal.tenant)
                             except SluiceError as exc:  # a request refused by its rate: counted as a unary one is
                                 outcomes.refused(principal.tenant, request.model_name, exc)
                                 raise

@@ -167,12 +167,12 @@ class Outcomes:
         mark(exc)
         status, code = status_and_code(exc)
         found = self.cached(tenant, name) if isinstance(name, str) and name else None
-        self.failed_as(tenant, found[0] if found is not None else None, status, code, None)
+        self.failed_as(tenant, found[0] if found is not None else None, status, code, None, refused=True)
 
     def failed_as(
-        self, tenant: str, dep: Deployment | None, status: int, code: str, fields: dict[str, Any] | None, *, stats: bool = True
+        self, tenant: str, dep: Deployment | None, status: int, code: str, fields: dict[str, Any] | None, *, stats: bool = True, refused: bool = False
     ) -> None:
         line = {**(fields or {}), "tenant": tenant, "deployment": dep.name if dep is not None else ""}
-        self.telemetry.failure(fields=line, status=status, code=code)
+        self.telemetry.failure(fields=line, status=status, code=code, refused=refused)
         if dep is not None and stats:
             self.stats.request((dep.tenant, dep.name, dep.revision, "deployment"), 0.0, ok=False, invalid=refused_input(code))

@@ -196,11 +196,18 @@ class Telemetry:
             meta += emf(self.namespace, [[]], dict.fromkeys(names, (0.0, "Count")))["CloudWatchMetrics"]
         return meta
 
-    def failure(self, *, fields: dict[str, Any], status: int, code: str) -> None:
+    def failure(self, *, fields: dict[str, Any], status: int, code: str, refused: bool = False) -> None:
         """One failed request (`sluice.inference.outcomes` decides when): its line, an EMF
         record of `Requests`, `Errors` and `ClientErrors` or `BackendErrors` by deployment (and
         by deployment and error code), and the Prometheus series. A failure no deployment of
-        the tenant was found for is counted by service alone."""
+        the tenant was found for is counted by service alone. `refused`: turned away before it
+        started (admission, its key's rate), logged together by `refused` rather than a line
+        each, unless the line carries its metrics (EMF)."""
+        if refused and not self.emit_metrics:
+            self.errors += 1
+            if self.sink is not None and self.counts_requests:
+                self.sink.failure(fields, status, code)
+            return
         self.errors += 1
         metric = "ClientErrors" if status < 500 else "BackendErrors"
         line = {**fields, "status": status, "error": code}

@@ -202,7 +202,7 @@ class Container:
         door it uses."""
         from sluice.services.ratelimit import RateLimit
 
-        return RateLimit.from_settings(self.settings.admission)
+        return RateLimit.from_settings(self.settings.admission, self.telemetry)
 
     @cached_property
     def admission(self) -> Admission | None:
