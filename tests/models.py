@@ -167,3 +167,30 @@ def ratio_model() -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
+
+
+def filled_model(shape: list[int], fills: int = 1) -> bytes:
+    """`x` [-1, 1] FP32 in, `y` [-1, 1] FP32 out: x plus the sum of `fills` tensors of `shape`
+    ConstantOfShape makes from a constant shape (each 1.0 + its number): a model of a few
+    hundred bytes whose constant part ONNX Runtime computes, as large as `shape` says, when it
+    makes the session."""
+    from onnx import TensorProto, helper
+
+    nodes, last = [], "x"
+    for i in range(fills):
+        fill = helper.make_tensor("fill", TensorProto.FLOAT, [1], [1.0 + i])
+        nodes += [
+            helper.make_node("ConstantOfShape", ["shape"], [f"filled{i}"], name=f"fill{i}", value=fill),
+            helper.make_node("ReduceSum", [f"filled{i}"], [f"sum{i}"], keepdims=0),
+            helper.make_node("Add", [last, f"sum{i}"], [f"plus{i}"]),
+        ]
+        last = f"plus{i}"
+    nodes.append(helper.make_node("Identity", [last], ["y"]))
+    graph = helper.make_graph(
+        nodes, "filled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])],
+        initializer=[helper.make_tensor("shape", TensorProto.INT64, [len(shape)], shape)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()

@@ -75,6 +75,15 @@ def test_bad_input_is_a_message_and_a_non_zero_exit(capsys: pytest.CaptureFixtur
     assert words in err and "Traceback" not in err
 
 
+def test_a_model_whose_constants_make_a_large_tensor_is_a_message_naming_the_node(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from tests.models import filled_model
+
+    path = tmp_path / "filled.onnx"
+    path.write_bytes(filled_model([9000, 9000]))
+    code, _, err = run_cli(capsys, "models", "push", "filled", str(path))
+    assert code == 2 and "'fill0' (ConstantOfShape)" in err and "Traceback" not in err, err
+
+
 def test_predict_with_bad_features_names_the_field(capsys: pytest.CaptureFixture[str]) -> None:
     run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
     run_cli(capsys, "deployments", "create", "iris", "--model", "iris")

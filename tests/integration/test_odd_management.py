@@ -381,3 +381,37 @@ def test_a_model_whose_input_declares_no_shape_is_refused_at_push_saying_how_to_
     assert client.get("/api/v1/models/unranked", headers=auth(keys["acme"])).status_code == 404
     r = client.post("/api/v1/models/unranked/versions", content=relu_model(["batch", 2]), headers=octets)
     assert r.status_code == 201 and r.json()["signature"]["inputs"][0]["shape"] == [-1, 2], r.text
+
+
+def test_a_model_that_would_make_a_large_tensor_of_its_constants_is_refused_at_push(demo: Container, client: TestClient, keys: dict[str, str]) -> None:
+    """A few hundred bytes whose ConstantOfShape fills [9000, 9000] floats (324 MB): ONNX Runtime
+    computed it as the push made the session, and a larger shape, or more such nodes, took the
+    process down for every tenant. The push refuses it naming the node and stores nothing; one
+    stored before is refused when asked for, never loaded; a small fill is pushed and answers."""
+    from tests.models import filled_model
+
+    headers = auth(keys["acme"])
+    octets = {**headers, "content-type": "application/octet-stream"}
+    bomb = filled_model([9000, 9000])
+    assert len(bomb) < 1024
+    r = client.post("/api/v1/models/filled/versions", content=bomb, headers=octets)
+    assert r.status_code == 422 and r.json()["field"] == "artifact", r.text
+    assert "'fill0' (ConstantOfShape)" in r.json()["error"] and "[9000, 9000]" in r.json()["error"], r.text
+    assert client.get("/api/v1/models/filled", headers=headers).status_code == 404
+    # Many such nodes, each below the bound: what they make together counts.
+    r = client.post("/api/v1/models/filled/versions", content=filled_model([4000, 4000], fills=5), headers=octets)
+    assert r.status_code == 422 and "'fill4' (ConstantOfShape)" in r.json()["error"], r.text
+
+    r = client.post("/api/v1/models/filled/versions", content=filled_model([2, 3]), headers=octets)
+    assert r.status_code == 201, r.text
+    assert client.post("/api/v1/deployments", json={"name": "filled", "policy": single("filled", 1)}, headers=headers).status_code == 201
+    r = client.post("/api/v1/predictions", json={"deployment": "filled", "inputs": [[1.0]]}, headers=headers)
+    assert r.status_code == 200 and r.json()["prediction"] == 7.0, r.text
+
+    ref = demo.store.put("acme", bomb, suffix=".onnx")
+    first = demo.registry.get_version("acme", "filled", 1)
+    stored = demo.registry.add_version(replace(first, version=0, artifact_uri=ref.uri, sha256=ref.sha256, size_bytes=ref.size_bytes))
+    r = client.put("/api/v1/deployments/filled", json={"policy": single("filled", stored.version)}, headers=headers)
+    assert r.status_code == 200, r.text
+    r = client.post("/api/v1/predictions", json={"deployment": "filled", "inputs": [[1.0]]}, headers=headers)
+    assert r.status_code == 422 and r.json()["field"] == "artifact" and "ConstantOfShape" in r.json()["error"], r.text

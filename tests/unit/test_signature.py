@@ -80,3 +80,83 @@ def test_what_does_not_read_as_protobuf_declares_no_unranked_input() -> None:
     for cut in (1, 7, len(data) // 2, len(data) - 1):
         assert unranked_inputs(data[:cut]) == set()  # a partial message: nothing found, never an error
     assert unranked_inputs(b"\xff" * 16) == set()
+
+
+def _constant_graph(nodes: list[object], initializers: list[object], sparse: tuple[object, ...] = ()) -> bytes:
+    """`x` [-1, 1] FP32 in; `y` out, made by `nodes` from `x` and the initializers."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        nodes, "constants", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=initializers, sparse_initializer=list(sparse),
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _large(kind: str) -> bytes:
+    """A model under 1 KB whose constant part makes a tensor of 9000 x 9000 floats (324 MB)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    def ints(name: str, values: list[int]) -> object:
+        return numpy_helper.from_array(np.array(values, dtype=np.int64), name)
+
+    def floats(name: str, values: object) -> object:
+        return numpy_helper.from_array(np.array(values, dtype=np.float32), name)
+
+    add = helper.make_node("Add", ["x", "big"], ["y"])
+    if kind == "Expand":
+        return _constant_graph([helper.make_node("Expand", ["one", "shape"], ["big"], name="grow"), add], [floats("one", [1.0]), ints("shape", [9000, 9000])])
+    if kind == "Tile":
+        return _constant_graph([helper.make_node("Tile", ["one", "repeats"], ["big"], name="grow"), add], [floats("one", [[1.0]]), ints("repeats", [9000, 9000])])
+    if kind == "Mul":  # a shape computed from constants: 3000 * 3 twice over
+        return _constant_graph([
+            helper.make_node("Mul", ["n", "three"], ["side"]), helper.make_node("Concat", ["side", "side"], ["shape"], axis=0),
+            helper.make_node("ConstantOfShape", ["shape"], ["big"], name="grow"), add,
+        ], [ints("n", [3000]), ints("three", [3])])  # fmt: skip
+    if kind == "Range":  # two ranges of 9000 floats broadcast into their product
+        return _constant_graph([
+            helper.make_node("Range", ["zero", "n", "step"], ["r"]), helper.make_node("Unsqueeze", ["r", "axis"], ["column"]),
+            helper.make_node("Mul", ["column", "r"], ["big"], name="grow"), add,
+        ], [floats("zero", 0.0), floats("n", 9000.0), floats("step", 1.0), ints("axis", [1])])  # fmt: skip
+    if kind == "sparse":
+        sparse = helper.make_sparse_tensor(floats("grow", [1.0]), ints("at", [0]), [9000, 9000])
+        return _constant_graph([helper.make_node("Add", ["x", "grow"], ["y"])], [], (sparse,))
+    assert kind == "If"  # in a branch, from a shape its graph holds
+    branch = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["shape"], ["filled"], name="grow")], "then", [],
+        [helper.make_tensor_value_info("filled", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["same"])], "else", [], [helper.make_tensor_value_info("same", TensorProto.FLOAT, None)])
+    when = helper.make_node("If", ["yes"], ["y"], then_branch=branch, else_branch=other)
+    return _constant_graph([when], [ints("shape", [9000, 9000]), numpy_helper.from_array(np.array(True), "yes")])
+
+
+@pytest.mark.parametrize("kind", ["Expand", "Tile", "Mul", "Range", "sparse", "If"])
+def test_a_model_whose_constants_make_a_large_tensor_is_refused_naming_the_node(kind: str) -> None:
+    """ONNX Runtime computes what a model makes from its constants alone as it makes the
+    session: a tiny model so took gigabytes of the process. The shape is worked out from the
+    constants without making the tensor, and the model refused naming what makes it."""
+    data = _large(kind)
+    assert len(data) < 1024
+    with pytest.raises(Unprocessable) as err:
+        read_signature(data)
+    assert err.value.field == "artifact" and "'grow'" in err.value.message and "[9000, 9000]" in err.value.message, err.value.message
+
+
+def test_what_a_model_makes_of_its_inputs_or_of_small_constants_is_not_counted() -> None:
+    """A shape read from an input is not known before a request: nothing is refused for it."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from tests.models import filled_model
+
+    of_input = _constant_graph(
+        [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("ConstantOfShape", ["shape"], ["zeros"]), helper.make_node("Add", ["x", "zeros"], ["y"])], []
+    )
+    weight = numpy_helper.from_array(np.ones((256, 256), dtype=np.float32), "w")
+    transposed = _constant_graph([helper.make_node("Transpose", ["w"], ["t"]), helper.make_node("ReduceSum", ["t"], ["s"], keepdims=0), helper.make_node("Add", ["x", "s"], ["y"])], [weight])
+    for data in (of_input, transposed, filled_model([1000, 1000], fills=3), *(p.read_bytes() for p in sorted(MODELS.glob("*.onnx")))):
+        assert read_signature(data).outputs

@@ -43,6 +43,9 @@ def build_session(
 ) -> Any:
     import onnxruntime as ort  # heavy: imported on first load, not at cold start
 
+    from sluice.runtimes.onnx_constants import check_constant_sizes
+
+    check_constant_sizes(data)  # before ORT folds the constants: a model of a few bytes may make gigabytes of them
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = intra_op_threads
