@@ -11,12 +11,13 @@ JOB = BatchJob(
     output_uri="s3://b/outbox/acme/job-1/", format="csv", output_format="parquet", key_columns=("id",),
     status="FAILED", source="upload", created_by="key-1", execution="arn:exec", chunks_total=3, chunks_done=2,
     rows_total=10, rows_in=7, rows_out=5, rows_failed=2, created_at=1.0, started_at=1.5, finished_at=2.25, error="boom",
+    revision=3,
 )  # fmt: skip
 
 
 def test_a_job_on_the_wire_groups_its_counters_and_keeps_its_own_fields_private() -> None:
     assert job_out(JOB) == {
-        "id": "job-1", "status": "FAILED", "deployment": "iris", "input_uri": "s3://b/inbox/acme/iris/day.csv",
+        "id": "job-1", "status": "FAILED", "deployment": "iris", "revision": 3, "input_uri": "s3://b/inbox/acme/iris/day.csv",
         "output_uri": "s3://b/outbox/acme/job-1/", "format": "csv", "output_format": "parquet", "key_columns": ["id"],
         "source": "upload",
         "progress": {"chunks_done": 2, "chunks_total": 3, "rows_done": 7, "rows_total": 10},

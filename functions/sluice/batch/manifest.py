@@ -31,6 +31,7 @@ def manifest(
         "job": job.id,
         "tenant": job.tenant,
         "deployment": job.deployment,
+        "revision": job.revision,
         "status": status,
         "error": error,
         "input": job.input_uri,

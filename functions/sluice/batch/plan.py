@@ -98,6 +98,7 @@ class JobSpec:
     columns: tuple[str, ...]  # the input's columns: Parquet schema, CSV header, JSONL fields
     key_types: dict[str, str] = field(default_factory=dict)  # unused (key columns of text inputs are text)
     publish: PublishTarget | None = None  # the table of precomputed answers its rows are written into
+    revision: int | None = None  # the deployment's revision every chunk is scored by (`BatchJob.revision`)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -186,6 +187,7 @@ def plan_job(
         columns=tuple(columns),
         key_types={},
         publish=job.publish,
+        revision=job.revision,
     )
     return Plan(spec, chunks, sum(c.rows for c in chunks))
 

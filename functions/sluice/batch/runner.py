@@ -1,7 +1,8 @@
 """The steps of a batch job, whoever runs them: Step Functions (through `handlers/batch.py`)
 or the local thread pool. Each step is safe to repeat.
 
-- plan: the job's chunk list, written to the work area; the job goes RUNNING.
+- plan: the job's chunk list, written to the work area, and the deployment's revision it
+  scores with (its policy as it stands now, for every chunk); the job goes RUNNING.
 - score: one chunk, recorded once in the job's progress, with the size and version of the
   part and error file it wrote; a chunk recorded before is not scored again (its files stand
   as recorded), and a chunk whose job stopped, or lost its folder, meanwhile writes nothing.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.manifest import (
@@ -152,7 +153,11 @@ class BatchRunner:
             raise OutputInUse(f"batch job '{holder}' now writes to this job's output folder", holder=holder)
         if not self.registry.list_chunks(tenant, job_id):
             self._clear_results(job)
-        resolved = run(self.predictions.resolve(principal, job.deployment))
+        # The deployment's policy is pinned here, as it stands when the job starts: every chunk
+        # is scored by that revision (`JobSpec.revision`), whatever the deployment becomes
+        # meanwhile. A Plan repeated keeps the revision it pinned.
+        resolved = run(self.predictions.resolve(principal, job.deployment, revision=job.revision))
+        job = replace(job, revision=resolved.deployment.revision)
         run(check_answers_in_place(self.predictions, tenant, resolved.node, what="a batch job"))
         plan = plan_job(
             job,
@@ -169,7 +174,7 @@ class BatchRunner:
         found = {"format": plan.spec.format} if plan.spec.format != job.format else {}  # many objects: their format
         self.registry.update_job(
             tenant, job_id, status="RUNNING", chunks_total=len(plan.chunks),
-            rows_total=plan.rows_total, started_at=job.started_at or now(), **found,
+            rows_total=plan.rows_total, started_at=job.started_at or now(), revision=job.revision, **found,
         )  # fmt: skip
         bucket, key = bucket_and_key(uri)
         chunks: dict[str, Any] = {"uri": uri, "count": len(plan.chunks)}

@@ -100,7 +100,8 @@ class ChunkScorer:
         job's folder: it raises when the job may no longer write there."""
         started = time.monotonic()
         principal = Principal(spec.tenant, frozenset({"predict"}), f"batch:{spec.job_id}")
-        resolved = run(self.predictions.resolve(principal, spec.deployment))
+        # The policy the job started with (`JobSpec.revision`), whatever the deployment is now.
+        resolved = run(self.predictions.resolve(principal, spec.deployment, revision=spec.revision))
         signature = resolved.version.signature
         available = list(spec.columns)
         if spec.format == "jsonl":  # fields vary by line: a missing one fails its row only
@@ -273,7 +274,7 @@ class ChunkScorer:
         records = Records({name: array[share] for name, array in arrays.items()}, scalars=scalars)
         outcomes = run(score_many(
             self.predictions, principal, spec.deployment, records,
-            max_rows=run_rows, mirrors=False, stop_on_retry=True, on_result=present,
+            max_rows=run_rows, mirrors=False, stop_on_retry=True, on_result=present, revision=spec.revision,
         ))  # fmt: skip
         for error in outcomes.errors:
             if error.retry:

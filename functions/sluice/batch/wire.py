@@ -106,6 +106,10 @@ class BatchJobOut(WireModel):
     id: str
     status: Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]
     deployment: str
+    revision: int | None = Field(
+        None, description="The deployment's revision every row is scored by: its policy as it stood when the job started "
+        "(none before then), whatever the deployment becomes meanwhile.",
+    )
     input_uri: str
     output_uri: str
     format: str

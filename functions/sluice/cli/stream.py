@@ -315,7 +315,7 @@ class BatchScorer:
             records = [StreamRecord(line, "stdin", n, {"line": n}) for n, line in enumerate(lines, first)]
         errors = 0
         for pause in (*RETRIES, None):
-            outcomes = run(process(self.scorer, records, out))
+            outcomes = run(process(self.scorer, records, out, last=pause is None))  # the last try: every answer stands (counted now)
             errors += sum(1 for o in outcomes if o.retry is None and o.failed)
             retry = [(r, o.retry) for r, o in zip(records, outcomes, strict=True) if o.retry is not None]
             if not retry or pause is None or not self._pause(pause):

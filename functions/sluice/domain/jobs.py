@@ -37,7 +37,7 @@ MOVES: dict[str, frozenset[str]] = {
 }
 # The fields `Registry.update_job` may set besides the status; counters are never set, only added.
 UPDATABLE: frozenset[str] = frozenset(
-    {"chunks_total", "rows_total", "started_at", "finished_at", "error", "execution", "format", "worker", "heartbeat_at"}
+    {"chunks_total", "rows_total", "started_at", "finished_at", "error", "execution", "format", "worker", "heartbeat_at", "revision"}
 )
 ERROR_CHARS = 2000
 
@@ -199,6 +199,9 @@ class BatchJob:
     operator: bool = False  # started by the machine's operator (the CLI): its input is not confined
     worker: str = ""  # `<host>:<pid>` of the process that runs it here (none under Step Functions)
     heartbeat_at: float | None = None  # that process's last sign of life
+    # The deployment's revision the job scores with: its policy as it stood when the job
+    # started (Plan), for every chunk, whatever the deployment becomes meanwhile.
+    revision: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -262,6 +265,7 @@ class BatchJob:
             operator=bool(data.get("operator")),
             worker=data.get("worker") or "",
             heartbeat_at=moment("heartbeat_at"),
+            revision=number("revision"),
         )
 
 

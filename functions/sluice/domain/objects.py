@@ -340,3 +340,11 @@ def made_at_revision(changes: list[DeploymentChange]) -> int:
     its history): what was kept at an earlier revision (a closed monitoring window, a captured
     request) was another deployment's, deleted before it (`Deployment.revision`)."""
     return next((c.revision for c in reversed(changes) if c.old_policy is None and c.new_policy is not None), 1)
+
+
+def policy_at_revision(changes: list[DeploymentChange], revision: int) -> dict[str, Any] | None:
+    """The policy the deployment now under a name held at `revision`, from the name's history;
+    None where that revision is not one of its writes (one before it was made was another
+    deployment's, deleted before it)."""
+    made = next((i for i in range(len(changes) - 1, -1, -1) if changes[i].old_policy is None and changes[i].new_policy is not None), 0)
+    return next((c.new_policy for c in changes[made:] if c.revision == revision and c.new_policy is not None), None)

@@ -139,6 +139,7 @@ class PredictionRequest:
     # last ends (None: a row each). Capture keeps each record apart, under its id.
     record_ids: Sequence[Any] | None = None
     record_offsets: np.ndarray | None = None
+    revision: int | None = None  # the deployment's policy as it stood at this revision (a batch job's, pinned)
 
     def routing_value(self, name: str) -> str | None:
         return self.routing_key or header_of(self.headers, name) or None

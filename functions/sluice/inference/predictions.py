@@ -23,10 +23,13 @@ from sluice.domain.errors import (
     Accepted,
     BadRequest,
     DeadlineExceeded,
+    NotFound,
     SluiceError,
     Unavailable,
+    UnknownDeployment,
 )
-from sluice.domain.policy import MAX_DEPTH, Single, first_branch, walk
+from sluice.domain.objects import made_at_revision, policy_at_revision
+from sluice.domain.policy import MAX_DEPTH, Single, first_branch, parse_policy, walk
 from sluice.domain.policy_paths import legacy_bandit_subject
 from sluice.domain.requests import RowInputs, UploadInputs
 from sluice.domain.results import Prediction, Resolved, rows_of
@@ -101,6 +104,8 @@ class PredictionService:
         self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(settings.deployment_cache_ttl_s)
         # What a composite policy takes and answers, derived once per parsed policy (see `resolve`).
         self._resolved: TTLCache[tuple[str, str], Resolved] = TTLCache(settings.deployment_cache_ttl_s)
+        # Earlier revisions of deployments, as a request pinned to one reads them (`resolve`).
+        self._revisions: TTLCache[tuple[str, str, int], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
         self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
         self._reading: dict[tuple[int, tuple[str, str]], asyncio.Future[tuple[Deployment, Node]]] = {}
         self._forgotten = 0  # changes seen here (`forget`): a read one overtook is not kept
@@ -120,7 +125,7 @@ class PredictionService:
 
     async def _predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
         started = time.perf_counter()
-        resolved = await self.resolve(principal, request.deployment, version=request.version)
+        resolved = await self.resolve(principal, request.deployment, version=request.version, revision=request.revision)
         if isinstance(request.inputs, UploadInputs):
             from sluice.inference.uploads import (
                 request_from_upload,  # an upload's request only: not at cold start
@@ -270,13 +275,26 @@ class PredictionService:
             return await self.runner.run(node, call, arrays)
 
     # Resolving, cached briefly per container; a miss reads in a thread ---------------------
-    async def resolve(self, principal: Principal, deployment: str, *, version: int | None = None) -> Resolved:
+    async def resolve(
+        self, principal: Principal, deployment: str, *, version: int | None = None, revision: int | None = None
+    ) -> Resolved:
+        """`revision`: the deployment's policy as it stood at that revision, whatever it is now
+        (a batch job's, pinned when it started: one job is scored by one policy); NotFound
+        when that revision can no longer be read, never another policy in its place."""
         principal.require("predict")
         tenant = principal.tenant
         # Cache hits stay synchronous: an `await` costs even when nothing waits.
         found = self._deployments.get((tenant, deployment))
-        dep, node = found if found is not None else await self.deployment_of(tenant, deployment)
-        if version is None and node.kind != "single":
+        try:
+            dep, node = found if found is not None else await self.deployment_of(tenant, deployment)
+        except UnknownDeployment:
+            if revision is None:
+                raise
+            raise NotFound(f"revision {revision} of deployment '{deployment}' can no longer be read: the deployment was deleted", field="deployment") from None
+        current = revision is None or dep.revision == revision
+        if revision is not None and not current:
+            dep, node = await self._at_revision(dep, revision)
+        if version is None and current and node.kind != "single":
             kept = self._resolved.get((tenant, deployment))
             if kept is not None and kept.node is node and kept.deployment is dep:  # the same read: what it derives holds
                 return kept
@@ -293,9 +311,28 @@ class PredictionService:
         if takes.inputs != answering.signature.inputs:  # a leading transform: the caller sends what it declares
             answering = dataclasses.replace(answering, signature=Signature(takes.inputs, answering.signature.outputs, answering.signature.metadata))
         resolved = Resolved(dep, node, answering, await answer_signature(self.runner, node, tenant))
-        if version is None and not any(n.kind == "ref" for n in walk(node)):  # a reference can change on its own
+        if version is None and current and not any(n.kind == "ref" for n in walk(node)):  # a reference can change on its own
             self._resolved.put((tenant, deployment), resolved)
         return resolved
+
+    async def _at_revision(self, dep: Deployment, revision: int) -> tuple[Deployment, Node]:
+        """`dep` as it stood at `revision`, another of its revisions than the one read here (an
+        earlier one, or a later one this process has not read yet): that revision's policy, from
+        the name's history (a revision's policy never changes)."""
+        key = (dep.tenant, dep.name, revision)
+        found = self._revisions.get(key)
+        if found is not None:
+            return found
+        history = await asyncio.to_thread(self.registry.deployment_history, dep.tenant, dep.name)
+        policy = policy_at_revision(history, revision)
+        if policy is None:
+            why = "the deployment was deleted and made again since" if revision < made_at_revision(history) else "its history does not hold it"
+            raise NotFound(
+                f"revision {revision} of deployment '{dep.name}' can no longer be read: {why} (it is at revision {dep.revision} now)",
+                field="deployment",
+            )
+        pinned = dataclasses.replace(dep, policy=policy, revision=revision)
+        return self._revisions.put(key, (pinned, parse_policy(policy)))
 
     async def _primary(self, tenant: str, node: Node) -> Single:
         """The version whose signature describes the input: the first branch all the way
@@ -319,6 +356,7 @@ class PredictionService:
         # process starts routing to one, so the versions are read again from here (once each).
         self._versions.clear()
         self._resolved.pop((tenant, name))
+        self._revisions.clear()  # the change may be a delete: earlier revisions are read again (once each)
         self.parsed.forget(tenant, name)
         if self.cache is not None:
             self.cache.drop(tenant, name)

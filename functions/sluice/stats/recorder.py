@@ -33,6 +33,7 @@ from sluice.domain.stat_numbers import FLOAT64
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
 from sluice.stats import timer
+from sluice.stats.held import CALL, HELD
 from sluice.stats.histogram import bucket_name
 
 if TYPE_CHECKING:
@@ -117,6 +118,10 @@ class StatsRecorder(timer.Flushed):
         """One request: answered (`ok`, its latency) or failed; `invalid`: failed for the
         inputs it carried (`invalid_inputs`, the rollout gate `invalid_input_rate`). `steps`:
         the samples of its parts (a graph's steps) as `requests` takes them, under the same lock."""
+        held = HELD.get()
+        if held is not None:  # a stream's: counted once its records are answered for good (`sluice.stats.held`)
+            held.append((self, CALL.get(), "request", (key, latency_ms, ok, rows, invalid, steps)))
+            return
         with self._lock:
             if steps:
                 self._count(steps)
@@ -142,6 +147,10 @@ class StatsRecorder(timer.Flushed):
     def requests(self, samples: Sequence[Sample]) -> None:
         """Several `request`s at once, under one lock (a graph's steps, once per request):
         a latency in milliseconds counts an answer, None a failure."""
+        held = HELD.get()
+        if held is not None:
+            held.append((self, CALL.get(), "requests", (samples,)))
+            return
         with self._lock:
             self._count(samples)
 
@@ -160,6 +169,10 @@ class StatsRecorder(timer.Flushed):
                 sums["latency_ms_sum"] += latency_ms
 
     def add(self, key: Key, sums: dict[str, float], maxes: dict[str, float] | None = None) -> None:
+        held = HELD.get()
+        if held is not None:
+            held.append((self, CALL.get(), "add", (key, sums, maxes)))
+            return
         with self._lock:
             self._merge(key, sums, maxes)
 

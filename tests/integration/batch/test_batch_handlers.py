@@ -4,6 +4,7 @@ step one call, the shapes the state machine passes between them."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -15,8 +16,6 @@ from tests.integration.batch.inputs import iris_rows, write_input
 from tests.support import LambdaContext
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from sluice.domain import Principal
     from sluice.wiring import Container
 
@@ -76,6 +75,27 @@ def test_plan_score_finalize_through_the_handlers(wired: Container, acme: Princi
     summary = handlers.finalize(state, LambdaContext())
     assert summary["status"] == "SUCCEEDED" and summary["rows_out"] == 2500
     assert handlers.finalize(state, LambdaContext()) == summary  # a retried Finalize
+
+
+def test_every_score_task_scores_with_the_revision_plan_pinned(wired: Container, acme: Principal, tmp_path: Path) -> None:
+    """A deployment updated between two Score tasks of one execution (a new version, a rollout's
+    step): the later chunks are scored by the policy the job started with, as the first was."""
+    wired.models.push(acme, "iris", (Path(__file__).parents[3] / "models" / "iris_forest.onnx").read_bytes())
+    path = write_input(tmp_path / "in.csv", iris_rows(2500))
+    job = wired.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+    planned = handlers.plan(event("batch_plan", job_id=job.id), LambdaContext())
+    pinned = wired.deployments.get(acme, "iris").revision
+    assert planned["job"]["revision"] == pinned and wired.batch.get(acme, job.id).revision == pinned
+    items = json.loads((tmp_path / "home" / "batch" / "work" / "acme" / job.id / "chunks.json").read_text())
+    assert len(items) >= 2
+    for item in items:
+        handlers.score({"job": planned["job"], "chunk": item}, LambdaContext())
+        if item["index"] == 0:
+            wired.deployments.update(acme, "iris", {"kind": "single", "model": "iris", "version": 2})
+    summary = handlers.finalize(event("batch_finalize", job_id=job.id, plan=planned), LambdaContext())
+    assert summary["status"] == "SUCCEEDED" and summary["rows_out"] == 2500
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    assert manifest["versions"] == {"iris:1": 2500} and manifest["revision"] == pinned
 
 
 def test_mark_failed_records_the_error_the_state_machine_caught(wired: Container) -> None:

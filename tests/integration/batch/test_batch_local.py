@@ -321,3 +321,63 @@ def test_a_scalar_model_scores_each_row_by_a_call_of_its_own(batch: Container, a
     np.testing.assert_allclose(out.column("prediction").to_pylist(), [y for _, y in good], rtol=1e-6)
     assert [e["id"] for e in read_errors(job)] == ["r7", "r30"]
     assert shapes == [()] * 38  # one call per row, its value a scalar
+
+
+def _update_after_first_chunk(monkeypatch: pytest.MonkeyPatch, change: Any) -> None:
+    """Batch scoring calls `change()` once its first chunk is scored (chunks one at a time)."""
+    real = ChunkScorer.score
+
+    def scoring(self: ChunkScorer, spec: JobSpec, chunk: Chunk, **kw: Any) -> Any:
+        result = real(self, spec, chunk, **kw)
+        if chunk.index == 0:
+            change()
+        return result
+
+    monkeypatch.setattr(ChunkScorer, "score", scoring)
+
+
+def test_a_job_scores_every_chunk_with_the_deployment_as_it_stood_when_it_started(
+    batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/batch.md: a deployment updated while a job runs (a new version, a rollout's step)
+    is for the jobs after it. Every chunk of this one is scored by the policy it started with,
+    and its record and manifest name that revision."""
+    batch.models.push(acme, "iris", (Path(__file__).parents[3] / "models" / "iris_forest.onnx").read_bytes())
+    started = batch.deployments.get(acme, "iris").revision
+    path = write_input(tmp_path / "in.csv", iris_rows(3000))
+    job = batch.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+    _update_after_first_chunk(monkeypatch, lambda: batch.deployments.update(acme, "iris", {"kind": "single", "model": "iris", "version": 2}))
+    LocalOrchestrator(batch.batch_runner, concurrency=1).run(acme.tenant, job.id)
+    done = batch.batch.get(acme, job.id)
+    assert done.status == "SUCCEEDED" and done.chunks_total is not None and done.chunks_total > 1, done.error
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    assert manifest["versions"] == {"iris:1": 3000}
+    updated = batch.deployments.get(acme, "iris").revision
+    assert done.revision == manifest["revision"] == started < updated
+    monkeypatch.undo()
+    later = run_job(batch, acme, path, deployment="iris", output_uri=str(tmp_path / "later"))  # the next job: the new version
+    assert later.revision == updated
+    assert json.loads((tmp_path / "later" / "_manifest.json").read_text())["versions"] == {"iris:2": 3000}
+
+
+def test_a_job_whose_deployment_was_deleted_meanwhile_fails_saying_so(
+    batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's revision that can no longer be read (its deployment deleted, perhaps made again
+    under the same name) fails the chunks left: never scored by another policy."""
+    batch.models.push(acme, "iris", (Path(__file__).parents[3] / "models" / "iris_forest.onnx").read_bytes())
+    started = batch.deployments.get(acme, "iris").revision
+    path = write_input(tmp_path / "in.csv", iris_rows(3000))
+    job = batch.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+
+    def made_again() -> None:
+        batch.deployments.delete(acme, "iris")
+        batch.deployments.create(acme, "iris", {"kind": "single", "model": "iris", "version": 2})
+
+    _update_after_first_chunk(monkeypatch, made_again)
+    LocalOrchestrator(batch.batch_runner, concurrency=1).run(acme.tenant, job.id)
+    done = batch.batch.get(acme, job.id)
+    assert done.status == "FAILED" and done.chunks_done == 1, done.error
+    assert f"revision {started} of deployment 'iris' can no longer be read: the deployment was deleted" in (done.error or "")
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    assert set(manifest["versions"]) == {"iris:1"}

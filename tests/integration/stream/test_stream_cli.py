@@ -254,3 +254,23 @@ def test_a_line_given_up_on_is_written_in_its_place(half_down: Container, settin
     given_up = [o["source"]["line"] for o in out if o.get("retryable")]
     assert given_up and len(given_up) < 12 and given_up != list(range(13 - len(given_up), 13))  # some lines wait, not all last
     assert all(o.get("variant") == "local" for o in out if not o.get("retryable"))
+
+
+def test_lines_tried_again_count_a_failure_a_try_and_their_answers_once(
+    half_down: Container, acme: Principal, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lines `mixed` sends to the Triton server that is down are tried four times and given
+    up: each try's failed call is a failed request (as four retries over HTTP are), and the
+    other lines' answers count once, not once a try."""
+    from sluice.cli import stream
+
+    monkeypatch.setattr(stream, "RETRIES", (0.0, 0.0, 0.0))
+    lines = [json.dumps({"id": f"line-{n}", "user": f"user-{n}", "features": json.loads(rows(1)[0])["features"]}) for n in range(1, 13)]
+    prefixes = json.dumps(["http://127.0.0.1:9"])
+    with cli_environment(monkeypatch, settings.home_path, SLUICE_LOG_LEVEL="WARNING", SLUICE_LOG_STREAM="stderr", SLUICE_TRITON_URL_PREFIXES=prefixes):
+        code, stdout, stderr = _stream_here(tmp_path / "out.jsonl", ("\n".join(lines) + "\n").encode(), deployment="mixed")
+    assert code == 1, stderr
+    given_up = sum(1 for line in stdout.splitlines() if json.loads(line).get("retryable"))
+    assert 0 < given_up < 12
+    overall = half_down.deployments.stats(acme, "mixed")["overall"]
+    assert (overall["requests"], overall["errors"]) == (5, 4)  # the local variant's call answered once; the remote one's failed at each of four tries

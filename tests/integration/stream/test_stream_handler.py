@@ -454,6 +454,80 @@ def test_a_record_retried_is_captured_once_when_it_is_answered_for_good(
     assert sorted(r["request_id"] for r in _captured(demo)) == ["tx-0", "tx-1", "tx-2", "tx-3"]
 
 
+def _traffic(demo: Container, acme: Principal, name: str = "iris") -> tuple[int, int, int]:
+    """The deployment's statistics as its API reads them: requests, errors, rows."""
+    overall = demo.deployments.stats(acme, name)["overall"]
+    counters = demo.deployments.counters(acme, demo.registry.get_deployment("acme", name))
+    return overall["requests"], overall["errors"], int(counters.get("rows", 0))
+
+
+def test_a_failed_delivery_is_counted_each_time_and_an_answer_once(
+    aws: None, bind: Bind, demo: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call of its own for each record: tx-1's fails once for now (the model server went
+    away), so Lambda delivers it again and it is answered; tx-3's fails for good (an error
+    record, never retried). Each failed call is a failed request, as a retry over HTTP is, and
+    each answer counts once: tx-1 an error and an answer, tx-3 an error."""
+    from sluice.domain.errors import ModelFailed, Unavailable
+
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    demo.settings.stream.stream_batch_rows = 1
+    runner = type(demo.stream_predictions.runner)
+    real, tries = runner.run, []
+
+    async def flaky(self: Any, node: Any, call: Any, arrays: dict[str, np.ndarray], depth: int = 0) -> Any:
+        first = round(float(next(iter(arrays.values()))[0, 0]), 3)  # sepal_length: which record this is
+        tries.append(first)
+        if first == 6.1 and tries.count(first) == 1:
+            raise Unavailable("the model server went away")
+        if first == 6.3:
+            raise ModelFailed("the model fails on this record")
+        return await real(self, node, call, arrays, depth)
+
+    monkeypatch.setattr(runner, "run", flaky)
+    lengths = [5.1, 6.1, 6.7, 6.3]
+    bodies = [json.dumps({"id": f"tx-{n}", "features": {**SETOSA, "sepal_length": x}}) for n, x in enumerate(lengths)]
+    event = sqs_event(bodies)
+    assert [f["itemIdentifier"] for f in handle(event)["batchItemFailures"]] == [event["Records"][1]["messageId"]]
+    assert handle({"Records": event["Records"][1:2]}) == {"batchItemFailures": []}  # delivered again, and answered
+    assert tries.count(6.1) == 2
+    assert {o["id"]: o.get("code") for o in _drain(sqs, url)} == {"tx-0": None, "tx-1": None, "tx-2": None, "tx-3": "backend_error"}
+    assert _traffic(demo, acme) == (5, 2, 3)  # three answered (a row each); tx-1's first delivery and tx-3 failed
+
+
+def test_records_the_destination_refuses_are_counted_once_in_the_statistics(
+    aws: None, bind: Bind, demo: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PutRecords refuses tx-1 once: tx-1 and the records after it on the shard, answered
+    already, are scored again when Lambda delivers them again. Their rows count once, when
+    their outputs are written for good (counted at scoring, the four records were seven rows)."""
+    from sluice.handlers import stream
+    from sluice.stream.sinks import KinesisSink
+
+    kinesis = boto3.client("kinesis", region_name=REGION)
+    kinesis.create_stream(StreamName="counted", ShardCount=1)
+    handle = bind({"kind": "kinesis", "target": "counted"})
+    throttled = _throttled_once(kinesis, "tx-1")
+    monkeypatch.setattr(stream, "sink_for", lambda binding: KinesisSink(throttled, "counted"))
+    event = kinesis_event(rows(4))
+    assert len(handle(event)["batchItemFailures"]) == 3
+    assert _traffic(demo, acme) == (1, 0, 1)  # the call answered four; tx-0's answer alone stands
+    assert handle({"Records": event["Records"][1:]}) == {"batchItemFailures": []}
+    assert _traffic(demo, acme) == (2, 0, 4)
+
+
+def test_a_kafka_record_is_captured_and_counted(aws: None, bind: Bind, demo: Container, acme: Principal) -> None:
+    """A Kafka record's name to the event source is its topic, partition and offset (a dict):
+    telling whether it comes again takes it as a key all the same."""
+    _sqs, url = _queue("scores")
+    demo.deployments.update(acme, "iris", None, capture={"sample_percent": 100})
+    handle = bind({"kind": "sqs", "target": url}, source="kafka:transactions")
+    assert handle(kafka_event(rows(4), self_managed=True)) == {"batchItemFailures": []}
+    assert sorted(r["request_id"] for r in _captured(demo)) == ["tx-0", "tx-1", "tx-2", "tx-3"]
+    assert _traffic(demo, acme)[2] == 4
+
+
 def test_a_record_whose_call_is_bisected_is_captured_once_with_its_own_answer(aws: None, bind: Bind, demo: Container, acme: Principal) -> None:
     """A model answering one row for a whole call has its call bisected after the answer came
     (and was offered to capture): each record is captured once, with the answer written for it."""
