@@ -61,7 +61,7 @@ from sluice.inference.selections import (
     runs_of,
 )
 from sluice.observability import get_logger
-from sluice.stats.held import CALL
+from sluice.stats.held import CALL, discard
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -290,7 +290,8 @@ class _Bulk:
                     self.target, ArrayInputs(arrays), variant=variant, routing_key=key, mirrors=self.mirrors, record_ids=ids, record_offsets=offsets,
                     revision=self.revision,
                 )  # fmt: skip
-                token = CALL.set((ids, offsets)) if ids is not None else None  # what its statistics are counted for
+                tag = (ids, offsets)
+                token = CALL.set(tag) if ids is not None else None  # what its statistics are counted for
                 try:
                     prediction = await self.predictions.predict(self.principal, request)
                 finally:
@@ -310,6 +311,8 @@ class _Bulk:
             if shared is not answer.result:  # the answer as the call gave it stays as it is (a cache may hold it)
                 answer = replace(answer, result=shared)
         except Exception as exc:  # sorted below: refused (bisect), or retried; never lost
+            if prediction is not None:  # answered, and the answer thrown away: its statistics with it
+                discard(tag)
             retry = _retryable(exc)
             if not isinstance(exc, SluiceError):
                 get_logger().warning("bulk call failed unexpectedly", exc_info=True, extra={"records": count_of(chosen)})

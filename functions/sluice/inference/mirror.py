@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.clients import lazy_client
 from sluice.observability import get_logger
+from sluice.stats.held import outside
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -61,7 +62,8 @@ class LocalMirror:
             get_logger().exception("shadow mirror failed", extra={"deployment": job.deployment, "mirror": job.mirror})
 
     async def submit(self, job: ShadowJob) -> None:
-        future = asyncio.run_coroutine_threadsafe(self._run(job), self._ensure_loop())
+        # Outside a stream's held statistics (`sluice.stats.held`): the job outlives its micro-batch.
+        future = outside(asyncio.run_coroutine_threadsafe, self._run(job), self._ensure_loop())
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
 

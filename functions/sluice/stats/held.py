@@ -11,11 +11,14 @@ the bulk call imports no more than this."""
 
 from __future__ import annotations
 
+import contextvars
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+
+T = TypeVar("T")
 
 # (the recorder, the call's records or None, the recorder's method, its arguments)
 Held = tuple[Any, Any, str, tuple[Any, ...]]
@@ -31,9 +34,11 @@ def count_held(held: list[Held], kept: Sequence[bool]) -> None:
     of whose records are is not counted (it is when they come again); one some of whose records
     are is counted with their share of its rows (its request, its latency, its steps once: the
     call was made, and its answers stand for them)."""
+    # A call failed where its request was counted failed: its steps' samples (the step that
+    # failed, those before it) are the failure's too, counted with it.
+    failed = {id(call) for _, call, method, args in held if call is not None and method == "request" and not args[2]}  # (key, latency_ms, ok, ...)
     for recorder, call, method, args in held:
-        failed = method == "request" and not args[2]  # (key, latency_ms, ok, ...)
-        share = 1.0 if call is None or failed else _share(call, kept)
+        share = 1.0 if call is None or id(call) in failed else _share(call, kept)
         if share == 0.0:
             continue
         if share == 1.0 or method == "requests":
@@ -58,3 +63,25 @@ def _share(call: tuple[Sequence[Any], Any], kept: Sequence[bool]) -> float:
     if not total:  # a row each
         return sum(marks) / len(marks)
     return sum(int(offsets[j + 1] - offsets[j]) for j, mark in enumerate(marks) if mark) / total
+
+
+def discard(call: Any) -> None:
+    """Forget what `call` (the tuple `CALL` held for it) counted: its answer was thrown away (a
+    model answering another number of rows than it was asked: the call is split and its parts
+    answer, each counted as it stands)."""
+    held = HELD.get()
+    if held:
+        held[:] = [entry for entry in held if entry[1] is not call]
+
+
+def outside(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a copy of this context with nothing held: work handed to another loop or
+    thread that outlives the micro-batch (a shadow mirror's job) counts its statistics as it goes,
+    not into a list thrown away before it ends."""
+    def run() -> T:
+        HELD.set(None)
+        CALL.set(None)
+        return fn(*args)
+
+    return contextvars.copy_context().run(run)
+

@@ -1190,3 +1190,81 @@ def test_a_kpl_aggregate_retried_whole_captures_each_user_record_once(aws: None,
     assert handle(event)["batchItemFailures"]  # the aggregate, retried
     assert handle(event)["batchItemFailures"] == []  # delivered again, whole, and answered
     assert sorted(r["request_id"] for r in _captured(demo)) == ["tx-0", "tx-1", "tx-2", "tx-3"]
+
+
+def test_a_failed_delivery_counts_the_step_that_failed_each_time(aws: None, bind: Bind, demo: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sequence whose model step fails for now, then answers when Lambda delivers the record
+    again: the step counts a failure and an answer, as the deployment does (and as over HTTP)."""
+    from sluice.domain.errors import Unavailable
+    from tests.integration.test_graphs import CHAIN, ROWS
+    from tests.models import embed_model, score_model
+
+    demo.models.push(acme, "embed", embed_model())
+    demo.models.push(acme, "scorez", score_model("z"))
+    demo.deployments.create(acme, "chain", CHAIN)
+    _, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url}, deployment="chain")
+    runner = type(demo.stream_predictions.runner)
+    real, tries = runner.run, []
+
+    async def flaky(self: Any, node: Any, call: Any, arrays: dict[str, np.ndarray], depth: int = 0) -> Any:
+        if getattr(node, "model", None) == "scorez":
+            tries.append(1)
+            if len(tries) == 1:
+                raise Unavailable("the model server went away")
+        return await real(self, node, call, arrays, depth)
+
+    monkeypatch.setattr(runner, "run", flaky)
+    event = sqs_event([json.dumps({"id": "tx-0", "inputs": [ROWS[0]]})])
+    assert len(handle(event)["batchItemFailures"]) == 1  # failed for now: delivered again
+    assert handle(event) == {"batchItemFailures": []}
+    demo.stream_predictions.stats.flush()
+    stats = demo.deployments.stats(acme, "chain")
+    assert (stats["overall"]["requests"], stats["overall"]["errors"]) == (2, 1)
+    assert (stats["steps"]["score"]["requests"], stats["steps"]["score"]["errors"]) == (2, 1), stats["steps"]
+
+
+def test_a_call_whose_answer_is_thrown_away_is_not_counted(aws: None, bind: Bind, demo: Container, acme: Principal) -> None:
+    """A model answering one row for any call: each call of several records is split until its
+    records answer alone; the rows counted are the records', once, not each split call's too."""
+    from tests.models import total_model
+
+    demo.models.push(acme, "total", total_model())
+    demo.deployments.create(acme, "total", {"kind": "single", "model": "total", "version": 1})
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url}, deployment="total")
+    assert handle(kinesis_event([json.dumps({"id": f"r{i}", "features": [float(i), 1.0]}) for i in range(4)])) == {"batchItemFailures": []}
+    assert len(_drain(sqs, url)) == 4
+    assert _traffic(demo, acme, "total") == (4, 0, 4)
+
+
+SHADOWED = {
+    "kind": "shadow", "primary": {"kind": "single", "model": "iris", "version": 1},
+    "mirrors": [{"name": "forest", "target": {"kind": "single", "model": "iris", "version": 2}}],
+}  # fmt: skip
+
+
+def test_a_streams_shadow_mirror_counts_every_call_it_was_handed(aws: None, bind: Bind, demo: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local mirror runs on a loop of its own, after the micro-batch is counted: its calls
+    are counted as they end (the verdicts a promotion reads), not held with the micro-batch's."""
+    import asyncio
+
+    from sluice.inference.shadow_runner import ShadowRunner
+    from tests.conftest import MODELS
+
+    demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())
+    demo.deployments.create(acme, "shadowed", SHADOWED)
+    real = ShadowRunner.run
+
+    async def later(self: Any, job: Any) -> None:  # a mirror answering after the primary, as a candidate may
+        await asyncio.sleep(0.2)
+        await real(self, job)
+
+    monkeypatch.setattr(ShadowRunner, "run", later)
+    _, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url}, deployment="shadowed")
+    demo.settings.stream.stream_batch_rows = 1  # a call (and a mirror) for each record
+    assert handle(sqs_event(rows(4))) == {"batchItemFailures": []}
+    demo.mirror.drain(10)
+    demo.predictions.stats.flush()
+    assert demo.deployments.stats(acme, "shadowed")["mirrors"]["forest"]["requests"] == 4
