@@ -173,7 +173,8 @@ def test_a_request_refused_before_its_body_is_read_is_closed_however_the_body_tr
         made = http("POST", f"http://127.0.0.1:{port}/api/v1/keys", json={"scopes": ["admin"], "name": "trickler"}, headers={"Authorization": f"Bearer {key}"})
         trickler = made.json()["key"]
         with http_client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {trickler}"}) as client:
-            assert 429 in [client.get("/api/v1/models").status_code for _ in range(6)]
+            # Until it is past its rate (six in a row may span more than a second on a busy machine).
+            assert any(client.get("/api/v1/models").status_code == 429 for _ in range(60))
         headers += f"Authorization: Bearer {trickler}\r\n"
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(f"POST /api/v1/predictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{headers}\r\n".encode())
