@@ -84,6 +84,19 @@ def test_an_asynchronous_answer_is_polled_until_it_is_there(served: tuple[str, s
     assert echo.bodies == [body.read_bytes()]  # the file as written, handed on unchanged
 
 
+def test_a_file_with_an_id_and_named_outputs_goes_to_an_asynchronous_endpoint_through_its_upload(
+    served: tuple[str, str, Echo], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A v2 file whose id is sent beside its upload: its outputs, names only, go in the upload
+    (an endpoint queued as it lies would never see them beside it) and the request is answered."""
+    url, key, _ = served
+    body = tmp_path / "v2.json"
+    body.write_text(json.dumps({"id": "req-1", "inputs": [{"name": "input", "datatype": "FP32", "shape": [3, 4], "data": list(range(12))}], "outputs": [{"name": "y"}]}))
+    code, out, err = run_cli(capsys, "predict", "big", "--v2", "--file", str(body), "--api", url, "--api-key", key, "--upload-above", "10")
+    assert code == 0, err
+    assert json.loads(out)["status"] == "succeeded"
+
+
 def test_remote_errors_name_their_field(served: tuple[str, str, Echo], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url, _, _ = served
     body = tmp_path / "rows.json"

@@ -269,3 +269,28 @@ def test_a_revoked_keys_next_message_is_refused_whatever_it_holds(tmp_path: Path
         with pytest.raises(WebSocketDisconnect) as closed:
             ws.receive_text()
         assert closed.value.code == 1008
+
+
+def test_messages_refused_by_the_connections_rate_are_counted_each_and_logged_together(
+    tmp_path: Path, acme: Principal, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As every door's refusals: each refused message a failure and a refusal by code (the
+    10-second 'requests refused by admission' line, ml_inference_refused_total), no line each."""
+    from fastapi.testclient import TestClient
+
+    from sluice.api.app import create_app
+    from sluice.demo import install_demo
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+    from tests.conftest import MODELS
+
+    caplog.set_level("INFO")
+    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", websocket_rate_limit="1/minute"))
+    install_demo(container, acme, MODELS)
+    _, key = container.keys.create("acme", ["predict"])
+    with TestClient(create_app(container)).websocket_connect(URL, headers=auth(key)) as ws:
+        codes = [ask(ws, {**SETOSA, "request_id": str(i)}).get("code", "ok") for i in range(4)]
+    assert codes == ["ok", "rate_limited", "rate_limited", "rate_limited"]
+    messages = [record.getMessage() for record in caplog.records]
+    assert container.telemetry.errors == 3 and container.telemetry.refusals == {"rate_limited": 3}
+    assert "prediction failed" not in messages and messages.count("requests refused by admission") == 1

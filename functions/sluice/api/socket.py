@@ -31,6 +31,7 @@ from sluice.domain.errors import (
     BadRequest,
     InvalidRequest,
     PayloadTooLarge,
+    RateLimited,
     SluiceError,
 )
 from sluice.domain.requests import (
@@ -126,7 +127,11 @@ class Session:
             try:
                 await self.key.check()  # first: a revoked key's next message is refused, whatever it holds
                 if self.rate_limit is not None:  # then every message counts, whether it reads or not
-                    await self.rate_limit.check(self.connection_id)
+                    try:
+                        await self.rate_limit.check(self.connection_id)
+                    except RateLimited as exc:  # told as every door's refusals are: counted each, logged together
+                        self.container.telemetry.refused(tenant=self.principal.tenant, code=exc.code)
+                        raise
             except SluiceError:
                 request_id = self._request_id_of(raw)  # the refusal carries the message's id where it has one
                 raise

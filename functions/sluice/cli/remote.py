@@ -241,8 +241,10 @@ def _uploaded_rows(api: Api, deployment: str, path: Path) -> dict[str, Any]:
 def _uploaded_v2(api: Api, deployment: str, path: Path) -> dict[str, Any]:
     """A v2 file too large to send in line: as it lies where it asks nothing beside its inputs and
     the outputs it names (an asynchronous endpoint gets it unchanged); else its inputs and output
-    names uploaded, and its id, parameters and outputs sent in line beside the upload's id, where
-    the API reads them (an upload read in process gives none)."""
+    names uploaded, and its id and parameters sent in line beside the upload's id, where the API
+    reads them (an upload read in process gives none), with its outputs only where they ask
+    something beyond their names (classification, binary data: a request queued as it lies
+    for asynchronous inference refuses them, since its endpoint would never see them)."""
     body = _object_in(path)
     outputs = body.get("outputs") if isinstance(body.get("outputs"), list) else []
     asks = body.get("id") is not None or body.get("parameters") or any(isinstance(o, dict) and o.get("parameters") for o in outputs)
@@ -251,7 +253,8 @@ def _uploaded_v2(api: Api, deployment: str, path: Path) -> dict[str, Any]:
     named = [{"name": o["name"]} for o in outputs if isinstance(o, dict) and "name" in o]
     upload_id = _upload_json(api, deployment, {"inputs": body.get("inputs"), **({"outputs": named} if named else {})})
     held = body.get("parameters") if isinstance(body.get("parameters"), dict) else {}
-    return {**body, "inputs": [], "parameters": {**held, "upload_id": upload_id}}
+    beside = {k: v for k, v in body.items() if k != "outputs" or any(isinstance(o, dict) and o.get("parameters") for o in outputs)}
+    return {**beside, "inputs": [], "parameters": {**held, "upload_id": upload_id}}
 
 
 def _object_in(path: Path) -> dict[str, Any]:
