@@ -7,7 +7,11 @@ weight) or on every call: a model of a few hundred bytes whose ConstantOfShape, 
 makes a tensor of [50000, 50000] takes gigabytes of the process that loads it, and every tenant
 it serves with it. The shapes are worked out here from the constants' values (shapes, repeats,
 ranges are small tensors) without making any tensor larger than those; a node whose output
-shape cannot be worked out so is let be (nothing is refused for what is not known).
+shape cannot be worked out so counts as much as its inputs, unless it is one that can make
+more than it takes (a ConstantOfShape, Range, Einsum, NonZero, Loop...): such a node is refused,
+its size not being known before ONNX Runtime makes it. DequantizeLinear and QuantizeLinear are
+not folded (ONNX Runtime fuses QDQ pairs into integer operators and keeps int8 weights int8):
+what they make is not counted as constant.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,15 +33,15 @@ if TYPE_CHECKING:
 MAX_CONSTANT_BYTES = 256 * 1024**2  # what a model may compute from its constants alone, or twice its own size where that is more
 _VALUE_ELEMENTS = 4096  # the values of tensors this small are read and computed (shapes, repeats, ranges); of larger ones, the shape
 
-# ONNX protobuf field numbers: ModelProto.graph; GraphProto.node, .initializer, .input,
-# .sparse_initializer (and ValueInfoProto.name, as AttributeProto.name, 1); NodeProto.input, .output, .name, .op_type, .attribute, .domain;
-# AttributeProto.name, .f, .i, .t, .g, .floats, .ints, .graphs, .sparse_tensor; TensorProto.dims,
+# ONNX protobuf field numbers: ModelProto.graph, .opset_import (OperatorSetIdProto.domain, .version);
+# GraphProto.node, .initializer, .input, .output, .sparse_initializer (and ValueInfoProto.name, as AttributeProto.name, 1); NodeProto.input, .output, .name, .op_type, .attribute, .domain;
+# AttributeProto.name, .f, .i, .s, .t, .g, .floats, .ints, .graphs, .sparse_tensor; TensorProto.dims,
 # .data_type, .float_data, .int32_data, .int64_data, .name, .raw_data, .double_data,
 # .uint64_data; SparseTensorProto.values, .dims.
-_GRAPH = 7
-_NODE, _INITIALIZER, _INPUT, _SPARSE_INITIALIZER = 1, 5, 11, 15
+_GRAPH, _OPSET, _O_DOMAIN, _O_VERSION = 7, 8, 1, 2
+_NODE, _INITIALIZER, _INPUT, _OUTPUT, _SPARSE_INITIALIZER = 1, 5, 11, 12, 15
 _N_INPUT, _N_OUTPUT, _N_NAME, _N_OP, _N_ATTRIBUTE, _N_DOMAIN = 1, 2, 3, 4, 5, 7
-_A_NAME, _A_F, _A_I, _A_T, _A_G, _A_FLOATS, _A_INTS, _A_GRAPHS, _A_SPARSE = 1, 2, 3, 5, 6, 7, 8, 11, 22
+_A_NAME, _A_F, _A_I, _A_S, _A_T, _A_G, _A_FLOATS, _A_INTS, _A_GRAPHS, _A_SPARSE = 1, 2, 3, 4, 5, 6, 7, 8, 11, 22
 _T_DIMS, _T_TYPE, _T_FLOATS, _T_INT32S, _T_INT64S, _T_NAME, _T_RAW, _T_DOUBLES, _T_UINT64S = 1, 2, 4, 5, 7, 8, 9, 10, 11
 _S_VALUES, _S_DIMS = 1, 3
 
@@ -52,8 +57,23 @@ _UNARY = frozenset((
     "Identity", "Neg", "Abs", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
     "Exp", "Log", "Sqrt", "Relu", "Sigmoid", "Tanh", "Floor", "Ceil", "Round", "Sign", "Not", "Reciprocal", "Erf",
     "Elu", "Selu", "LeakyRelu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "ThresholdedRelu", "Celu", "Gelu",
-    "Mish", "Softmax", "LogSoftmax", "Hardmax", "CumSum", "Clip", "BitwiseNot", "Dropout", "Shrink",
+    "Mish", "Softmax", "LogSoftmax", "Hardmax", "CumSum", "Clip", "BitwiseNot", "Dropout", "Shrink", "Trilu",
+    "LpNormalization", "LayerNormalization", "InstanceNormalization", "BatchNormalization", "GroupNormalization",
+    "RMSNormalization", "MeanVarianceNormalization", "LRN", "ReverseSequence", "ScatterND", "ScatterElements", "Scatter",
 ))
+# The operators whose output may be larger than their inputs together: one of them computed from
+# constants whose output cannot be sized is refused (any other counts as much as its inputs).
+_EXPANDING = frozenset((
+    "ConstantOfShape", "Expand", "Tile", "Range", "Pad", "Resize", "Upsample", "Einsum", "MatMul", "Gemm", "MatMulInteger",
+    "QLinearMatMul", "Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "DeformConv", "MaxPool", "AveragePool", "LpPool",
+    "MaxUnpool", "NonZero", "OneHot", "EyeLike", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+    "Bernoulli", "Multinomial", "HannWindow", "HammingWindow", "BlackmanWindow", "Col2Im", "DFT", "STFT", "MelWeightMatrix",
+    "Loop", "Scan", "CenterCropPad", "Gather", "GatherND", "GridSample", "AffineGrid", "RoiAlign", "MaxRoiPool", "LSTM", "GRU",
+    "RNN", "Attention", "ImageDecoder", "TfIdfVectorizer", "StringSplit",
+))
+# ONNX Runtime keeps these out of constant folding (QDQ pairs become integer operators): their
+# outputs are not constants.
+_NOT_FOLDED = frozenset(("DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear"))
 _BROADCAST = frozenset((
     "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "PRelu", "BitShift", "BitwiseAnd",
     "BitwiseOr", "BitwiseXor", "And", "Or", "Xor",
@@ -63,23 +83,30 @@ _COMPARE = frozenset((
 ))
 _VALUES: dict[str, Callable[..., Any]] = {
     "Identity": lambda a: a, "Neg": np.negative, "Abs": np.abs, "Floor": np.floor, "Ceil": np.ceil, "Sqrt": np.sqrt,
-    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Max": np.maximum, "Min": np.minimum, "Pow": np.power,
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Pow": np.power, "Where": np.where,
+    "Max": lambda *a: reduce(np.maximum, a), "Min": lambda *a: reduce(np.minimum, a), "Sum": lambda *a: reduce(np.add, a),
     "Div": lambda a, b: np.trunc(a / b).astype(a.dtype) if a.dtype.kind in "iu" else a / b,
 }  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class _Known:
-    """A constant: its shape (None where it is not known), element type (0: not known) and,
-    for a small one, its value."""
+    """A constant: its shape (None where it is not known), element type (0: not known), for a
+    small one its value and, where its shape is not known, the most bytes it may take (None:
+    not known either)."""
 
     shape: tuple[int, ...] | None
     dtype: int
     value: np.ndarray | None = None
+    most: int | None = None
+
+    @property
+    def sized(self) -> bool:
+        return self.shape is not None or self.most is not None
 
     @property
     def bytes(self) -> int:
-        return math.prod(self.shape) * _ITEMSIZE.get(self.dtype, 4) if self.shape is not None else 0
+        return math.prod(self.shape) * _ITEMSIZE.get(self.dtype, 4) if self.shape is not None else self.most or 0
 
 
 _UNKNOWN = _Known(None, 0)
@@ -88,14 +115,26 @@ _UNKNOWN = _Known(None, 0)
 def check_constant_sizes(data: bytes) -> None:
     """Refuse a model whose nodes would compute, from its constants alone, more than
     `MAX_CONSTANT_BYTES` in all (or twice the model's own size, where that is more), naming
-    the node that takes it past. Bytes that do not read as an ONNX model are let be: ONNX
-    Runtime says what is wrong with them."""
-    walk = _Walk(data, max(MAX_CONSTANT_BYTES, 2 * len(data)))
+    the node that takes it past, or one that can make more than it takes and whose size cannot
+    be told. Bytes that do not read as an ONNX model are let be: ONNX Runtime says what is
+    wrong with them (nothing but this refusal comes out of reading them)."""
     try:
+        walk = _Walk(data, max(MAX_CONSTANT_BYTES, 2 * len(data)), _opset(data))
         for graph in _spans(data, 0, len(data), _GRAPH):
             walk.graph(*graph, {})
-    except (IndexError, ValueError, UnicodeDecodeError, RecursionError):
+    except Unprocessable:
+        raise
+    except Exception:  # a model this cannot read is ONNX Runtime's to refuse
         return
+
+
+def _opset(data: bytes) -> int:
+    """The model's default-domain opset (Resize's inputs differ before 11)."""
+    for start, end in _spans(data, 0, len(data), _OPSET):
+        domain = next((_text(data, span) for span in _spans(data, start, end, _O_DOMAIN)), "")
+        if domain in ("", "ai.onnx"):
+            return next((varint(data, value)[0] for field, wire, _, value, _ in fields(data, start, end) if field == _O_VERSION and wire == 0), 1)
+    return 1
 
 
 def _spans(data: bytes, start: int, end: int, number: int) -> list[tuple[int, int]]:
@@ -110,20 +149,23 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _varints(data: bytes, start: int, end: int) -> list[int]:
+def _varints(data: bytes, start: int, end: int, signed: bool = True) -> list[int]:
     out = []
     while start < end:
         value, start = varint(data, start)
-        out.append(_signed(value))
+        out.append(_signed(value) if signed else value)
     return out
 
 
-def _ints(data: bytes, start: int, end: int, number: int) -> list[int]:
-    """A repeated integer field, packed or not."""
+def _ints(data: bytes, start: int, end: int, number: int, signed: bool = True) -> list[int]:
+    """A repeated integer field, packed or not (uint64_data is read unsigned)."""
     out: list[int] = []
     for field, wire, _, value, at in fields(data, start, end):
         if field == number:
-            out.extend(_varints(data, value, at) if wire == LENGTH_DELIMITED else [_signed(varint(data, value)[0])])
+            if wire == LENGTH_DELIMITED:
+                out.extend(_varints(data, value, at, signed))
+            else:
+                out.append(_signed(varint(data, value)[0]) if signed else varint(data, value)[0])
     return out
 
 
@@ -138,23 +180,52 @@ def _broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _einsum(equation: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The shape an Einsum makes of operands of these shapes: each letter's dimension, the
+    ellipsis' dimensions broadcast; without `->`, the ellipsis then the letters used once, in order."""
+    terms, arrow, result = equation.replace(" ", "").partition("->")
+    sizes: dict[str, int] = {}
+    ellipses = []
+    for term, shape in zip(terms.split(","), shapes, strict=True):
+        head, dots, tail = term.partition("...")
+        ellipsis = shape[len(head) : len(shape) - len(tail)] if dots else ()
+        if len(head) + len(ellipsis) + len(tail) != len(shape):
+            raise ValueError("an operand whose rank the equation does not say")
+        ellipses.append(tuple(ellipsis))
+        for letter, dim in zip(head + tail, (*shape[: len(head)], *shape[len(shape) - len(tail) :]), strict=True):
+            if sizes.get(letter, 1) != 1 and dim not in (1, sizes[letter]):
+                raise ValueError("a letter of two sizes")
+            sizes[letter] = max(sizes.get(letter, 1), dim) if dim != 1 else sizes.get(letter, 1)
+    broadcast = _broadcast(*ellipses) if ellipses else ()
+    if not arrow:
+        letters = terms.replace(",", "").replace("...", "")
+        result = "..." + "".join(sorted(x for x in set(letters) if letters.count(x) == 1))
+    head, dots, tail = result.partition("...")
+    return (*(sizes[x] for x in head), *(broadcast if dots else ()), *(sizes[x] for x in tail))
+
+
 class _Walk:
-    def __init__(self, data: bytes, bound: int) -> None:
+    def __init__(self, data: bytes, bound: int, opset: int) -> None:
         self.data = data
         self.bound = bound
+        self.opset = opset
         self.total = 0
 
-    def graph(self, start: int, end: int, outer: dict[str, _Known]) -> None:
+    def graph(self, start: int, end: int, outer: dict[str, _Known]) -> tuple[dict[str, _Known], list[str]]:
         """The graph's nodes in the order their inputs are made (Kahn's), each computed where
-        its inputs are all constants; a subgraph sees what its graph knows."""
+        its inputs are all constants; a subgraph sees what its graph knows. What the graph
+        knows, and its outputs' names, come back (a loop's body says what each step makes)."""
         known = dict(outer)
         nodes: list[tuple[int, int]] = []
         inputs: list[str] = []
+        outputs: list[str] = []
         for field, wire, _, value, at in fields(self.data, start, end):
             if wire != LENGTH_DELIMITED:
                 continue
             if field == _INPUT:
                 inputs.extend(_text(self.data, span) for span in _spans(self.data, value, at, _A_NAME))
+            elif field == _OUTPUT:
+                outputs.extend(_text(self.data, span) for span in _spans(self.data, value, at, _A_NAME))
             elif field == _INITIALIZER:
                 name, tensor = self.tensor(value, at)
                 known[name] = tensor
@@ -182,28 +253,75 @@ class _Walk:
         while ready or later:
             i = ready.popleft() if ready else later.popleft()
             node = parsed[i]
+            bodies = []
             if node["op"] in _SUBGRAPHS:
                 for _, (value, at) in self.attributes(node).items():
                     for span in (*_spans(self.data, value, at, _A_G), *_spans(self.data, value, at, _A_GRAPHS)):
-                        self.graph(*span, known)
+                        bodies.append(self.graph(*span, known))
             ins = [known.get(x) if x else None for x in node["inputs"]]
-            constant = node["op"] in ("Constant", "RandomNormal", "RandomUniform") or (
-                bool(node["inputs"]) and all(k is not None for x, k in zip(node["inputs"], ins, strict=True) if x)
+            constant = node["op"] not in _NOT_FOLDED and (
+                node["op"] in ("Constant", "RandomNormal", "RandomUniform")
+                or (bool(node["inputs"]) and all(k is not None for x, k in zip(node["inputs"], ins, strict=True) if x))
             )
+            label = f"node '{node['name']}'" if node["name"] else f"node {i + 1}"
+            ours = node["domain"] in ("", "ai.onnx")
+            if node["op"] == "Loop" and ours and bodies and not constant:
+                for tensor in self.loop(node, ins, bodies[0], constant)[len(node["inputs"]) - 2 :]:
+                    self.count(tensor, f"{label} (Loop)")  # its scan outputs, as many steps as it takes, made on every call
             if constant:
-                outs = self.compute(node, ins) if node["domain"] in ("", "ai.onnx") else []
+                if not ours:
+                    outs = []
+                elif node["op"] == "Loop" and bodies:
+                    outs = self.loop(node, ins, bodies[0], constant)
+                else:
+                    outs = self.compute(node, ins)
                 for j, out in enumerate(node["outputs"]):
                     tensor = outs[j] if j < len(outs) else _UNKNOWN
+                    if not tensor.sized and ours:
+                        if node["op"] in _EXPANDING:
+                            raise Unprocessable(
+                                f"{label} ({node['op']}) would compute a tensor from the model's constants alone, as the model "
+                                "loads, whose size cannot be told from the model; make such a tensor from the inputs, or keep "
+                                "it as a weight",
+                                field="artifact",
+                            )
+                        if all(k is None or k.sized for k in ins):  # no more than it takes
+                            tensor = _Known(None, 0, most=sum(k.bytes for k in ins if k is not None))
                     if out:
                         known[out] = tensor
                     if node["op"] != "Constant" or "sparse_value" in self.attributes(node):  # a Constant's dense value is in the file
-                        label = f"node '{node['name']}'" if node["name"] else f"node {i + 1}"
                         self.count(tensor, f"{label} ({node['op']})")
             for out in node["outputs"]:
                 for j in waiting.pop(out, ()):
                     missing[j] -= 1
                     if missing[j] == 0:
                         (later if parsed[j]["op"] in _SUBGRAPHS else ready).append(j)
+        return known, outputs
+
+    def loop(self, node: dict[str, Any], ins: list[_Known | None], body: tuple[dict[str, _Known], list[str]], constant: bool) -> list[_Known]:
+        """A Loop's outputs: the values it carries, as its body leaves them, then each scan
+        output as many times as it steps. The steps are its trip count where no condition is
+        given; with one, the trip count bounds them where the loop is all constants (otherwise
+        they are not known)."""
+        known, outputs = body
+        carried = len(node["inputs"]) - 2
+        trips = ins[0].value if ins and ins[0] is not None and ins[0].value is not None else None
+        if trips is not None and (constant or len(node["inputs"]) < 2 or not node["inputs"][1]):
+            steps: int | None = max(int(np.ravel(trips)[0]), 0)
+        else:
+            steps = None
+        out = []
+        for j, name in enumerate(outputs[1:]):
+            made = known.get(name) or _UNKNOWN
+            if j < carried:
+                out.append(made if made.sized else _UNKNOWN)
+            elif steps is None or not made.sized:
+                out.append(_UNKNOWN)
+            elif made.shape is not None:
+                out.append(_Known((steps, *made.shape), made.dtype))
+            else:
+                out.append(_Known(None, 0, most=steps * made.bytes))
+        return out
 
     def count(self, tensor: _Known, what: str) -> None:
         self.total += tensor.bytes
@@ -265,8 +383,9 @@ class _Walk:
             if raw is not None and raw[1] - raw[0] == count * kind.itemsize:
                 value = np.frombuffer(bytes(data[raw[0] : raw[1]]), dtype=kind).reshape(shape)
             elif typed in (_T_INT32S, _T_INT64S, _T_UINT64S):
-                ints = _ints(data, start, end, typed)
-                value = np.array(ints, dtype=kind).reshape(shape) if len(ints) == count else None
+                ints = _ints(data, start, end, typed, signed=typed != _T_UINT64S)
+                if len(ints) == count:  # a value out of its type's range wraps, as a cast would
+                    value = np.array(ints, dtype="<u8" if typed == _T_UINT64S else "<i8").astype(kind).reshape(shape)
             elif typed in (_T_FLOATS, _T_DOUBLES):
                 floats = [
                     bytes(data[v:a]) if w == LENGTH_DELIMITED else bytes(data[v : v + (4 if typed == _T_FLOATS else 8)])
@@ -283,7 +402,7 @@ class _Walk:
         return name, _Known(tuple(dims), values.dtype) if all(d >= 0 for d in dims) else _UNKNOWN
 
     def attribute(self, node: dict[str, Any], name: str, default: Any = None) -> Any:
-        """An attribute's value: an int, a float, a list of ints, or a tensor (`_Known`)."""
+        """An attribute's value: an int, a float, bytes, a list of ints, or a tensor (`_Known`)."""
         span = self.attributes(node).get(name)
         if span is None:
             return default
@@ -293,6 +412,8 @@ class _Walk:
                 return _signed(varint(data, value)[0])
             if field == _A_F and wire == 5:
                 return float(np.frombuffer(bytes(data[value : value + 4]), dtype="<f4")[0])
+            if field == _A_S and wire == LENGTH_DELIMITED:
+                return bytes(data[value:at])
             if field == _A_T and wire == LENGTH_DELIMITED:
                 return self.tensor(value, at)[1]
             if field == _A_SPARSE and wire == LENGTH_DELIMITED:
@@ -304,14 +425,14 @@ class _Walk:
 
     def compute(self, node: dict[str, Any], ins: list[_Known | None]) -> list[_Known]:
         """The outputs of a node whose inputs are all constants: a shape where it can be worked
-        out, a value where that is small too; unknown (nothing counted) otherwise."""
+        out, a value where that is small too; unknown otherwise."""
         try:
-            out = self._compute(node, ins)
-            return [out if out.shape is None or all(d >= 0 for d in out.shape) else _UNKNOWN]
-        except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError, AttributeError, KeyError):
+            made = self._compute(node, ins)
+            return [out if out.shape is None or all(d >= 0 for d in out.shape) else _UNKNOWN for out in (made if isinstance(made, list) else [made])]
+        except Exception:  # a rule that cannot be followed: the output's size is not known
             return []
 
-    def _compute(self, node: dict[str, Any], ins: list[_Known | None]) -> _Known:
+    def _compute(self, node: dict[str, Any], ins: list[_Known | None]) -> _Known | list[_Known]:
         op, attr = node["op"], lambda name, default=None: self.attribute(node, name, default)
         # What a node lacks (an input not given, a shape not known) fails its rule: `compute` says unknown.
         shapes: list[Any] = [k.shape if k is not None else None for k in ins]
@@ -370,10 +491,33 @@ class _Walk:
                 shape[axis] += pads[i] + pads[i + len(axes)]
             return _Known(tuple(shape), dtype)
         if op in ("Resize", "Upsample"):
-            if op == "Resize" and len(values) > 3 and node["inputs"][3]:
+            if op == "Resize" and self.opset >= 11 and len(values) > 3 and node["inputs"][3]:
                 return _Known(tuple(int(d) for d in values[3]), dtype)
-            scales = values[2] if op == "Resize" else values[1] if len(values) > 1 else attr("scales")
+            scales = values[2] if op == "Resize" and self.opset >= 11 else values[1] if len(values) > 1 else attr("scales")
             return _Known(tuple(math.floor(d * s) for d, s in zip(shapes[0], np.ravel(scales), strict=True)), dtype)
+        if op in ("HannWindow", "HammingWindow", "BlackmanWindow"):
+            return _Known((int(values[0].item()),), attr("output_datatype", _FLOAT))
+        if op == "NonZero":  # as many as the input has elements, at most
+            nonzero = int(np.count_nonzero(values[0])) if values[0] is not None else math.prod(shapes[0])
+            return _Known((len(shapes[0]), nonzero), _INT64)
+        if op == "Einsum":
+            return _Known(_einsum(attr("equation").decode(), shapes), dtype)
+        if op == "Split":
+            axis = attr("axis", 0) % len(shapes[0])
+            parts = len(node["outputs"])
+            given = values[1] if len(values) > 1 and node["inputs"][1] else attr("split")
+            if given is None:
+                step = -(-shapes[0][axis] // parts)
+                sizes = [min(step, max(shapes[0][axis] - step * k, 0)) for k in range(parts)]
+            else:
+                sizes = [int(d) for d in np.ravel(given)]
+            if sum(sizes) != shapes[0][axis] or len(sizes) != parts:
+                raise ValueError("a split that does not add up")
+            bounds = np.cumsum(sizes)[:-1]
+            return [
+                small((*shapes[0][:axis], size, *shapes[0][axis + 1 :]), dtype, lambda k=k: np.split(values[0], bounds, axis=axis)[k])
+                for k, size in enumerate(sizes)
+            ]
         if op == "MatMul":
             a, b = shapes[0], shapes[1]
             batch = _broadcast(a[:-2], b[:-2])
@@ -392,13 +536,13 @@ class _Walk:
         if op in _BROADCAST or op in _COMPARE or op == "Where":
             shape = _broadcast(*shapes)
             kind = _BOOL if op in _COMPARE else ins[1].dtype if op == "Where" else dtype
+            if op == "Mod" and len(values) == 2 and all(v is not None for v in values):  # fmod: the dividend's sign
+                return small(shape, kind, lambda: (np.fmod if attr("fmod", 0) else np.mod)(*values))
             if op in _VALUES and all(v is not None for v in values):
                 return small(shape, kind, lambda: _VALUES[op](*values))
             return _Known(shape, kind)
-        if op in _UNARY or op in ("Cast", "CastLike", "DequantizeLinear", "QuantizeLinear"):
-            kind = {"Cast": attr("to", dtype), "CastLike": ins[-1].dtype, "DequantizeLinear": _FLOAT}.get(op, dtype)
-            if op == "QuantizeLinear":
-                kind = ins[2].dtype if len(ins) > 2 and ins[2] is not None else 2
+        if op in _UNARY or op in ("Cast", "CastLike"):
+            kind = {"Cast": attr("to", dtype), "CastLike": ins[-1].dtype}.get(op, dtype)
             if (op in _VALUES or op == "Cast") and values[0] is not None:
                 return small(shapes[0], kind, lambda: _VALUES.get(op, lambda a: a)(values[0]))
             return _Known(shapes[0], kind)
