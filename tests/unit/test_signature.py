@@ -82,15 +82,16 @@ def test_what_does_not_read_as_protobuf_declares_no_unranked_input() -> None:
     assert unranked_inputs(b"\xff" * 16) == set()
 
 
-def _constant_graph(nodes: list[object], initializers: list[object], sparse: tuple[object, ...] = ()) -> bytes:
-    """`x` [-1, 1] FP32 in; `y` out, made by `nodes` from `x` and the initializers."""
+def _constant_graph(nodes: list[object], initializers: list[object], sparse: tuple[object, ...] = (), domains: tuple[str, ...] = ()) -> bytes:
+    """`x` [-1, 1] FP32 in; `y` out, made by `nodes` from `x` and the initializers (and the
+    operators of `domains`, version 1)."""
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
         nodes, "constants", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=initializers, sparse_initializer=list(sparse),
     )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), *(helper.make_opsetid(domain, 1) for domain in domains)])
     model.ir_version = 8
     return model.SerializeToString()
 
@@ -252,3 +253,27 @@ def test_models_whose_constants_are_small_or_quantized_or_of_any_value_are_read(
     ], [numpy_helper.from_array(np.ones(1000, np.float32), "v"), numpy_helper.from_array(np.array(1000, np.int64), "size")])  # fmt: skip
     for data in (unsigned, ruleless):
         assert read_signature(data).outputs
+
+
+def test_one_row_of_a_large_constant_table_is_read_and_onnx_runtimes_own_range_is_counted() -> None:
+    """A row of a table too large for its values to be held here (an embedding's row, a
+    PyTorch export's weight[0]) keeps the shape its rule works out: read. ONNX Runtime's own
+    Range (com.microsoft) on constants is sized as ONNX's is: 960 MB of floats, refused."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from sluice.runtimes.onnx_constants import check_constant_sizes
+
+    table = numpy_helper.from_array(np.zeros((30522, 64), np.float32), "table")
+    row = _constant_graph([helper.make_node("Gather", ["table", "at"], ["row"], axis=0), helper.make_node("ReduceSum", ["row"], ["s"], keepdims=0), helper.make_node("Add", ["x", "s"], ["y"])],
+                          [table, numpy_helper.from_array(np.array(101, np.int64), "at")])  # fmt: skip
+    assert read_signature(row).outputs
+    contrib = _constant_graph(
+        [helper.make_node("Range", ["start", "limit", "step"], ["big"], domain="com.microsoft", name="grow"), helper.make_node("ReduceSum", ["big"], ["s"], keepdims=0),
+         helper.make_node("Add", ["x", "s"], ["y"])],
+        [numpy_helper.from_array(np.array(v, np.float32), name) for name, v in (("start", 0.0), ("limit", 2.4e8), ("step", 1.0))],
+        domains=("com.microsoft",),
+    )  # fmt: skip
+    with pytest.raises(Unprocessable) as err:
+        check_constant_sizes(contrib)
+    assert "'grow'" in err.value.message and "960,000,000 bytes" in err.value.message, err.value.message

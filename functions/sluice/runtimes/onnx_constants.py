@@ -269,7 +269,9 @@ class _Walk:
                 for tensor in self.loop(node, ins, bodies[0], constant)[len(node["inputs"]) - 2 :]:
                     self.count(tensor, f"{label} (Loop)")  # its scan outputs, as many steps as it takes, made on every call
             if constant:
-                if not ours:
+                if not ours and node["domain"] == "com.microsoft" and node["op"] in _EXPANDING:
+                    outs = self.compute(node, ins)  # ONNX Runtime's own namesakes of ONNX's operators (Range, ...)
+                elif not ours:
                     outs = []
                 elif node["op"] == "Loop" and bodies:
                     outs = self.loop(node, ins, bodies[0], constant)
@@ -277,8 +279,8 @@ class _Walk:
                     outs = self.compute(node, ins)
                 for j, out in enumerate(node["outputs"]):
                     tensor = outs[j] if j < len(outs) else _UNKNOWN
-                    if not tensor.sized and ours:
-                        if node["op"] in _EXPANDING:
+                    if not tensor.sized and (ours or node["domain"] == "com.microsoft"):
+                        if node["op"] in _EXPANDING or not ours:
                             raise Unprocessable(
                                 f"{label} ({node['op']}) would compute a tensor from the model's constants alone, as the model "
                                 "loads, whose size cannot be told from the model; make such a tensor from the inputs, or keep "
@@ -441,10 +443,15 @@ class _Walk:
         dtype = first.dtype if first is not None else 0
 
         def small(shape: tuple[int, ...], dtype: int, make: Callable[[], Any]) -> _Known:
+            """The output's shape, and its value where it is small and its inputs' values are
+            held (a row of a large table has a shape but no value here: the shape stands)."""
             value = None
             if math.prod(shape) <= _VALUE_ELEMENTS and dtype in _NUMPY:
-                with np.errstate(all="ignore"):
-                    value = np.asarray(make()).astype(_NUMPY[dtype]).reshape(shape)
+                try:
+                    with np.errstate(all="ignore"):
+                        value = np.asarray(make()).astype(_NUMPY[dtype]).reshape(shape)
+                except Exception:  # an input's value not held (past _VALUE_ELEMENTS): the size is still known
+                    value = None
             return _Known(tuple(int(d) for d in shape), dtype, value)
 
         def axes_of(index: int, rank: int) -> list[int] | None:
