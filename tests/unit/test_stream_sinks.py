@@ -91,3 +91,36 @@ def test_distinct_keys_give_distinct_groups() -> None:
     keys = ["größe/ü", "grösse/ü", "x" * 129, "x" * 130, "a b", "a  b"]
     SqsSink(client, FIFO).write([_record(n, key) for n, key in enumerate(keys)], [(n, _output(n)) for n in range(len(keys))])
     assert len({e["MessageGroupId"] for e in client.entries}) == len(keys)
+
+
+class RefusingFirst(Recorded):
+    """SendMessageBatch refusing, for now, the first entry it is given of `group` (throttled):
+    the others of the call are taken, as SQS takes them."""
+
+    def __init__(self, group: str) -> None:
+        super().__init__()
+        self.group, self.calls, self.refused = group, 0, False
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        self.calls += 1
+        taken, failed = [], []
+        for entry in Entries:
+            if entry["MessageGroupId"] == self.group and not self.refused:
+                self.refused = True
+                failed.append({"Id": entry["Id"], "SenderFault": False, "Code": "ThrottlingException"})
+            else:
+                taken.append(entry)
+        self.entries.extend(taken)
+        return {"Successful": [{"Id": e["Id"]} for e in taken], "Failed": failed}
+
+
+def test_a_fifo_group_is_never_written_out_of_order_when_sqs_refuses_one_of_its_messages_for_now() -> None:
+    """Three messages of group a among others in what one SendMessageBatch could hold: SQS
+    refuses the first of a for now. Nothing of a after it is written (each call holds one message
+    of a group, the next call waits for it), so all of a is retried, in order; b and c are written."""
+    keys = ["a", "b", "a", "c", "a", "b"]
+    client = RefusingFirst("a")
+    failed = SqsSink(client, FIFO).write([_record(n, key) for n, key in enumerate(keys)], [(n, _output(n)) for n in range(len(keys))])
+    assert failed == {0, 2, 4}
+    assert [json.loads(e["MessageBody"])["id"] for e in client.entries] == ["tx-1", "tx-3", "tx-5"]
+    assert client.calls == 3  # one message of a group in each call: [a, b], [a, c], [a, b]

@@ -117,7 +117,7 @@ class SqsSink:
         held: set[str] = set()  # FIFO: groups with a refused record, whose later records wait for it
         answers = dict(outputs)
         faulted: list[Output] = []  # outputs the queue refused as they are: their error outputs, sent after
-        for part in _calls(records, outputs, self.COUNT, self.TOTAL, self.ITEM):
+        for part in self._parts(records, outputs):
             refused, faults = self._send(records, part, held, failed)
             for index, reason in faults:
                 # Refused for what it holds (past the queue's own size, a value it does not take):
@@ -127,11 +127,32 @@ class SqsSink:
             failed.update(refused)
             if self.fifo:
                 held.update(_group_id(records[index]) for index in refused)
-        for part in _calls(records, faulted, self.COUNT, self.TOTAL, self.ITEM):
+        for part in self._parts(records, faulted):
             refused, faults = self._send(records, part, held, failed, again=True)
             failed.update(refused)
             failed.update(index for index, _ in faults)  # an error output refused too: retried, never lost
         return failed
+
+    def _parts(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> Iterator[list[tuple[int, bytes]]]:
+        """The SendMessageBatch calls; on a FIFO queue, at most one message of a group in each: an
+        entry SQS refuses for now while a later one of its group in the same call is taken would
+        put them out of order for good (sent again, the refused one lands after it, and the later
+        one, sent again too, is dropped as a duplicate), so each call waits for the one before."""
+        for part in _calls(records, outputs, self.COUNT, self.TOTAL, self.ITEM):
+            if not self.fifo:
+                yield part
+                continue
+            call: list[tuple[int, bytes]] = []
+            groups: set[str] = set()
+            for entry in part:
+                group = _group_id(records[entry[0]])
+                if group in groups:
+                    yield call
+                    call, groups = [], set()
+                call.append(entry)
+                groups.add(group)
+            if call:
+                yield call
 
     def _send(
         self, records: Sequence[StreamRecord], part: list[tuple[int, bytes]], held: set[str], failed: set[int], *, again: bool = False
