@@ -23,9 +23,10 @@ deployment it is counted under is one the tenant has: a name that resolves to no
 a body that never parsed) is counted under the empty deployment, never under whatever a
 caller wrote, so a scan of made-up names makes no new series.
 
-Batch jobs and streams score through `predict` with `BatchTelemetry` (`counts_requests` false):
-their calls are not requests, so only runtime failures reach the statistics, as before, and
-their chunks are what Prometheus counts.
+Batch jobs score through `predict` with `BatchTelemetry` (`counts_requests` false): their
+calls are not requests, so only runtime failures reach the statistics, as before, and their
+chunks are what Prometheus counts. Streams score with the service's own telemetry: each call is
+a request, its answer counted once its records' outputs stand (`sluice.stats.held`).
 """
 
 from __future__ import annotations
