@@ -27,10 +27,11 @@ if TYPE_CHECKING:
     from sluice.domain import Principal
 
 
-def _limited(tmp_path: Path, acme: Principal, rate: str) -> tuple[Container, str, str]:
+def _limited(tmp_path: Path, acme: Principal, rate: str, **more: Any) -> tuple[Container, str, str]:
+    """acme's demo deployments on a container of `rate` (and `more` settings): an admin key, a predict key."""
     from sluice.demo import install_demo
 
-    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", rate_limit=rate))
+    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", rate_limit=rate, **more))
     install_demo(container, acme, MODELS)
     _, admin = container.keys.create("acme", ["admin", "predict"])
     _, other = container.keys.create("acme", ["predict"])
@@ -166,19 +167,27 @@ def test_each_message_of_a_grpc_stream_counts_against_its_keys_rate(tmp_path: Pa
     assert all("rate" in str(a).lower() for a in refused), refused
 
 
+def _grpc_row() -> Any:
+    """One iris row as tritonclient's gRPC client sends it."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    row = grpcclient.InferInput("input", [1, 4], "FP32")
+    row.set_data_from_numpy(np.asarray([[5.1, 3.5, 1.4, 0.2]], dtype=np.float32))
+    return row
+
+
 @pytest.mark.parametrize("first", ["http", "grpc"])
 def test_a_key_has_one_rate_whichever_door_it_uses(tmp_path: Path, acme: Principal, first: str) -> None:
     """HTTP and gRPC in one process count a key against one rate: its requests over HTTP leave
     gRPC only what remains of it, and the other way round."""
-    import numpy as np
     import tritonclient.grpc as grpcclient
 
     from tests.integration.grpc.conftest import run_server
 
     container, _, key = _limited(tmp_path, acme, "3/minute")
     client = TestClient(create_app(container))
-    row = grpcclient.InferInput("input", [1, 4], "FP32")
-    row.set_data_from_numpy(np.asarray([[5.1, 3.5, 1.4, 0.2]], dtype=np.float32))
+    row = _grpc_row()
     with run_server(container) as url:
         g = grpcclient.InferenceServerClient(url)
 
@@ -204,22 +213,16 @@ def test_a_request_refused_for_too_many_in_flight_takes_none_of_its_keys_rate(tm
     """Admission is asked before the rate is counted, on both doors: requests refused while the
     key holds its one request in flight cost nothing of its rate of 2 a minute (both are
     answered once the slot is free), and a request refused by its rate holds no slot."""
-    import numpy as np
     import tritonclient.grpc as grpcclient
 
     from tests.integration.grpc.conftest import run_server
 
-    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", rate_limit="2/minute", max_in_flight_per_key=1))
-    from sluice.demo import install_demo
-
-    install_demo(container, acme, MODELS)
-    _, key = container.keys.create("acme", ["predict"])
+    container, _, key = _limited(tmp_path, acme, "2/minute", max_in_flight_per_key=1)
     holder = container.keys.authenticate(key)
     admission = container.admission
     assert admission is not None
     client = TestClient(create_app(container))
-    row = grpcclient.InferInput("input", [1, 4], "FP32")
-    row.set_data_from_numpy(np.asarray([[5.1, 3.5, 1.4, 0.2]], dtype=np.float32))
+    row = _grpc_row()
     with run_server(container) as url:
         g = grpcclient.InferenceServerClient(url)
 
@@ -248,12 +251,8 @@ def test_requests_refused_by_admission_or_their_rate_are_counted_and_logged_toge
     """A line per refused request would add to the load that caused them: refusals (too many in
     flight, past the key's rate) are counted each, in the failures and by code, and logged
     together, one line in a while, never a "prediction failed" line each."""
-    from sluice.demo import install_demo
-
     caplog.set_level("INFO")
-    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", rate_limit="1/minute", max_in_flight_per_key=1))
-    install_demo(container, acme, MODELS)
-    _, key = container.keys.create("acme", ["predict"])
+    container, _, key = _limited(tmp_path, acme, "1/minute", max_in_flight_per_key=1)
     client = TestClient(create_app(container))
     body = {"deployment": "iris", "features": IRIS_ROW}
     assert container.admission is not None

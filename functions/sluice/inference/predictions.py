@@ -28,8 +28,7 @@ from sluice.domain.errors import (
     Unavailable,
     UnknownDeployment,
 )
-from sluice.domain.objects import made_at_revision, policy_at_revision
-from sluice.domain.policy import MAX_DEPTH, Single, first_branch, parse_policy, walk
+from sluice.domain.policy import MAX_DEPTH, Single, first_branch, walk
 from sluice.domain.policy_paths import legacy_bandit_subject
 from sluice.domain.requests import RowInputs, UploadInputs
 from sluice.domain.results import Prediction, Resolved, rows_of
@@ -41,6 +40,7 @@ from sluice.inference.inputs import decode_inputs
 from sluice.inference.outcomes import Outcomes, mark
 from sluice.inference.parsed import ParsedPolicies
 from sluice.inference.prediction_cache import answer_key, route_of
+from sluice.inference.revisions import Revisions
 from sluice.inline import timeout
 from sluice.millis import ms3
 from sluice.observability import get_logger
@@ -104,8 +104,7 @@ class PredictionService:
         self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(settings.deployment_cache_ttl_s)
         # What a composite policy takes and answers, derived once per parsed policy (see `resolve`).
         self._resolved: TTLCache[tuple[str, str], Resolved] = TTLCache(settings.deployment_cache_ttl_s)
-        # Earlier revisions of deployments, as a request pinned to one reads them (`resolve`).
-        self._revisions: TTLCache[tuple[str, str, int], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
+        self.revisions = Revisions(registry, settings.deployment_cache_ttl_s)  # as a request pinned to one reads them (`resolve`)
         self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
         self._reading: dict[tuple[int, tuple[str, str]], asyncio.Future[tuple[Deployment, Node]]] = {}
         self._forgotten = 0  # changes seen here (`forget`): a read one overtook is not kept
@@ -293,7 +292,7 @@ class PredictionService:
             raise NotFound(f"revision {revision} of deployment '{deployment}' can no longer be read: the deployment was deleted", field="deployment") from None
         current = revision is None or dep.revision == revision
         if revision is not None and not current:
-            dep, node = await self._at_revision(dep, revision)
+            dep, node = await self.revisions.at(dep, revision)
         if version is None and current and node.kind != "single":
             kept = self._resolved.get((tenant, deployment))
             if kept is not None and kept.node is node and kept.deployment is dep:  # the same read: what it derives holds
@@ -314,25 +313,6 @@ class PredictionService:
         if version is None and current and not any(n.kind == "ref" for n in walk(node)):  # a reference can change on its own
             self._resolved.put((tenant, deployment), resolved)
         return resolved
-
-    async def _at_revision(self, dep: Deployment, revision: int) -> tuple[Deployment, Node]:
-        """`dep` as it stood at `revision`, another of its revisions than the one read here (an
-        earlier one, or a later one this process has not read yet): that revision's policy, from
-        the name's history (a revision's policy never changes)."""
-        key = (dep.tenant, dep.name, revision)
-        found = self._revisions.get(key)
-        if found is not None:
-            return found
-        history = await asyncio.to_thread(self.registry.deployment_history, dep.tenant, dep.name)
-        policy = policy_at_revision(history, revision)
-        if policy is None:
-            why = "the deployment was deleted and made again since" if revision < made_at_revision(history) else "its history does not hold it"
-            raise NotFound(
-                f"revision {revision} of deployment '{dep.name}' can no longer be read: {why} (it is at revision {dep.revision} now)",
-                field="deployment",
-            )
-        pinned = dataclasses.replace(dep, policy=policy, revision=revision)
-        return self._revisions.put(key, (pinned, parse_policy(policy)))
 
     async def _primary(self, tenant: str, node: Node) -> Single:
         """The version whose signature describes the input: the first branch all the way
@@ -356,7 +336,7 @@ class PredictionService:
         # process starts routing to one, so the versions are read again from here (once each).
         self._versions.clear()
         self._resolved.pop((tenant, name))
-        self._revisions.clear()  # the change may be a delete: earlier revisions are read again (once each)
+        self.revisions.clear()
         self.parsed.forget(tenant, name)
         if self.cache is not None:
             self.cache.drop(tenant, name)

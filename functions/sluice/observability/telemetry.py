@@ -203,16 +203,13 @@ class Telemetry:
         the tenant was found for is counted by service alone. `refused`: turned away before it
         started (admission, its key's rate), logged together by `refused` rather than a line
         each, unless the line carries its metrics (EMF)."""
-        if refused and not self.emit_metrics:
-            self.errors += 1
-            if self.sink is not None and self.counts_requests:
-                self.sink.failure(fields, status, code)
-            return
         self.errors += 1
-        metric = "ClientErrors" if status < 500 else "BackendErrors"
-        line = {**fields, "status": status, "error": code}
         if self.sink is not None and self.counts_requests:
             self.sink.failure(fields, status, code)
+        if refused and not self.emit_metrics:
+            return
+        metric = "ClientErrors" if status < 500 else "BackendErrors"
+        line = {**fields, "status": status, "error": code}
         if self.emit_metrics:
             dims = _by_deployment(bool(fields.get("tenant"))) if fields.get("deployment") else ["service"]
             metrics = {"Requests": (1, "Count"), "Errors": (1, "Count"), metric: (1, "Count")}
