@@ -281,7 +281,9 @@ def test_the_service_checks_cache_settings_too(demo: Container, acme: Principal)
 
 
 # Shadows, statistics, metrics --------------------------------------------------------------
-def test_a_hit_feeds_no_shadow_job_and_no_statistics(client: TestClient, keys: dict[str, str], two_irises: Container, acme: Principal) -> None:
+def test_a_hit_feeds_no_shadow_job_and_is_counted_as_an_answered_request_and_a_cache_hit(
+    client: TestClient, keys: dict[str, str], two_irises: Container, acme: Principal
+) -> None:
     policy = {"kind": "shadow", "primary": single("iris", 1), "mirrors": [{"name": "forest", "target": single("iris", 2)}]}
     assert create(client, keys["acme"], "sh", policy).status_code == 201
     service = two_irises.predictions
@@ -294,8 +296,31 @@ def test_a_hit_feeds_no_shadow_job_and_no_statistics(client: TestClient, keys: d
     assert (first.cached, first.mirrored) == (False, 1)
     assert (second.cached, second.mirrored) == (True, 0) and (third.cached, third.mirrored) == (True, 0)
     stats = two_irises.deployments.stats(acme, "sh")
-    assert stats["overall"]["requests"] == 1  # the live computation alone
-    assert stats["mirrors"]["forest"]["requests"] == 1
+    overall = stats["overall"]
+    assert (overall["requests"], overall["errors"], overall["cache_hits"], overall["cache_misses"], overall["cache_hit_rate"]) == (3, 0, 2, 1, round(2 / 3, 6))
+    assert stats["mirrors"]["forest"]["requests"] == 1  # the mirror compared the live computation alone
+
+
+def test_the_v2_statistics_count_hits_as_triton_does(cached: TestClient, keys: dict[str, str]) -> None:
+    """A hit is a success and a `cache_hit`, not an execution nor `compute_infer`; a computed
+    answer the cache kept is a `cache_miss`; a deployment without the cache has neither."""
+    for rows in (ROW, ROW, ROW, OTHER_ROW, OTHER_ROW):
+        predict(cached, keys["acme"], "ic", rows)
+    predict(cached, keys["acme"], "iris")
+    (stats,) = cached.get("/v2/models/ic/stats", headers=auth(keys["acme"])).json()["model_stats"]
+    infer = stats["inference_stats"]
+    assert (stats["inference_count"], stats["execution_count"]) == (5, 2)
+    assert (infer["success"]["count"], infer["compute_infer"]["count"], infer["cache_hit"]["count"], infer["cache_miss"]["count"]) == (5, 2, 3, 2)
+    assert infer["cache_hit"]["ns"] > 0 and infer["cache_miss"]["ns"] > 0 and infer["compute_infer"]["ns"] > 0
+    assert infer["success"]["ns"] == pytest.approx(infer["compute_infer"]["ns"] + infer["cache_hit"]["ns"], abs=2)
+    assert stats["last_inference"] > 0
+    (plain,) = cached.get("/v2/models/iris/stats", headers=auth(keys["acme"])).json()["model_stats"]
+    assert plain["inference_stats"]["cache_hit"] == plain["inference_stats"]["cache_miss"] == {"count": 0, "ns": 0}
+    assert plain["execution_count"] == plain["inference_stats"]["success"]["count"] == 1
+    # The deployment's own statistics: every request, the latency quantiles of the computed ones.
+    overall = cached.get("/api/v1/deployments/ic/stats", headers=auth(keys["acme"])).json()["overall"]
+    assert (overall["requests"], overall["cache_hits"], overall["cache_misses"], overall["cache_hit_rate"]) == (5, 3, 2, 0.6)
+    assert "cache_hits" not in cached.get("/api/v1/deployments/iris/stats", headers=auth(keys["acme"])).json()["overall"]
 
 
 def test_hits_and_misses_are_prometheus_series_per_deployment(cached: TestClient, keys: dict[str, str], two_irises: Container) -> None:

@@ -225,6 +225,9 @@ def cmd_deployments_stats(args: argparse.Namespace) -> int:
                     "p50_ms": overall["latency_ms"]["p50"], "p95_ms": overall["latency_ms"]["p95"], "p99_ms": overall["latency_ms"]["p99"],
                     "agreement": "-", "mean_abs_diff": "-", "max_abs_diff": "-", "mean_reward": "-"})  # fmt: skip
     table(rows, STATS_COLUMNS)
+    if "cache_hits" in overall:  # the prediction cache's: requests answered from it, answers computed and kept
+        rate = overall["cache_hit_rate"]
+        print(f"prediction cache {overall['cache_hits']} hits, {overall['cache_misses']} misses (hit rate {'-' if rate is None else f'{rate:.3f}'})")
     if "fallback_rate" in stats:  # a precomputed node's rows answered live
         print(f"fallback rate {stats['fallback_rate']:.3f} (rows answered live: a new entity, or a stored answer too old)")
     for name, step in stats.get("steps", {}).items():  # a cached lookup's rows, from its feature cache or the store

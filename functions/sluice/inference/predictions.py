@@ -45,7 +45,7 @@ from sluice.inline import timeout
 from sluice.millis import ms3
 from sluice.observability import get_logger
 from sluice.settings import in_lambda
-from sluice.stats.recorder import StatsRecorder
+from sluice.stats.recorder import LAST_REQUEST, StatsRecorder
 from sluice.validation import check_inputs
 
 if TYPE_CHECKING:
@@ -153,8 +153,9 @@ class PredictionService:
         )
         if request.variant is not None:
             self._check_variant(resolved.node, request.variant)
-        key = None
+        key, lookup_ms = None, 0.0
         if dep.cache is not None and self.cache is not None:
+            looking = time.perf_counter()
             functions = self.runner.functions
             refused = None if functions is None else (lambda n: functions.refusal(n, call.tenant) is not None)  # type: ignore[arg-type]
             route = await route_of(resolved.node, call, self.deployment_of, refused)
@@ -165,6 +166,7 @@ class PredictionService:
                     hit = await self.cache.get_shared(dep, key, self.version_of)
                 if hit is not None:
                     return self._hit(resolved, hit, started, fields, arrays, request.request_id, batch=_as_batch(request))
+                lookup_ms = (time.perf_counter() - looking) * 1000
         stat_key = (dep.tenant, dep.name, dep.revision, "deployment")
         try:
             answer = await within(self.runner.run(resolved.node, call, arrays), self.settings.request_timeout_s)
@@ -193,10 +195,14 @@ class PredictionService:
             fields["variant"] = answer.variant
         cached, sources = None, None
         if key is not None and self.cache is not None:
+            keeping = time.perf_counter()
             self.cache.put(dep, key, answer)
             if self.cache.shared is not None:
                 await self.cache.put_shared(dep, key, answer)
             cached = False
+            # A miss, as Triton's `cache_miss` counts one: with the time it spent looking the
+            # answer up and keeping it.
+            self.stats.add(stat_key, {"cache_misses": 1, "cache_miss_ms_sum": lookup_ms + (time.perf_counter() - keeping) * 1000})
         elif answer.source is not None:  # a precomputed node's rows, by where they came from
             precomputed = answer.source.count("precomputed") if isinstance(answer.source, list) else rows * (answer.source == "precomputed")
             sources = (precomputed, rows - precomputed)
@@ -232,14 +238,18 @@ class PredictionService:
         self, resolved: Resolved, answer: Answer, started: float, fields: dict[str, Any], arrays: dict[str, np.ndarray],
         request_id: str | None, *, batch: bool,
     ) -> Prediction:  # fmt: skip
-        """A kept answer: no inference, no shadow jobs, no statistics sample or profile (those
-        count live computations only); telemetry counts the request and the hit, and the answer
-        is kept for its ground truth."""
+        """A kept answer: no inference, no shadow jobs, no profile and no latency sample (those
+        are of live computations); telemetry counts the request and the hit, the deployment's
+        statistics count it as an answered request and a cache hit (as Triton's statistics
+        count one: a success, not an execution), and the answer is kept for its ground truth."""
         latency_ms = ms3((time.perf_counter() - started) * 1000)
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
         rows = rows_of(arrays)
+        dep = resolved.deployment
+        counted = {"requests": 1, "cache_hits": 1, "cache_hit_ms_sum": latency_ms, **({"rows": rows} if rows else {})}
+        self.stats.add((dep.tenant, dep.name, dep.revision, "deployment"), counted, {LAST_REQUEST: time.time() * 1000})
         self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=True)
         self._keep(resolved.deployment, answer, request_id, rows)
         return Prediction(resolved, answer, latency_ms, 0, cached=True, batch=batch)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 def deployment_stats(name: str, revision: int, counters: Mapping[str, Mapping[str, float]], policy: Node) -> dict[str, Any]:
     """The counters of one revision (`subject -> counter -> value`) as the statistics read."""
+    overall = counters.get("deployment", {})
     variants: dict[str, Any] = {}
     mirrors: dict[str, Any] = {}
     graph: dict[str, dict[str, Any]] = {"cases": {}, "steps": {}}  # a switch's cases, a sequence's steps
@@ -51,7 +52,7 @@ def deployment_stats(name: str, revision: int, counters: Mapping[str, Mapping[st
     return {
         "deployment": name,
         "revision": revision,
-        "overall": traffic(counters.get("deployment", {})),
+        "overall": {**traffic(overall), **_cache(overall)},  # a prediction cache's hits and misses, where it is on
         "variants": variants,
         "mirrors": mirrors,
         **{kind: found for kind, found in graph.items() if found},

@@ -65,29 +65,34 @@ def _duration(count: float, ns: float) -> dict[str, int]:
 
 
 def model_stats(name: str, version: int, counters: dict[str, float]) -> dict[str, Any]:
-    """One `model_stats` entry from a deployment's counters."""
+    """One `model_stats` entry from a deployment's counters, as Triton counts: a request
+    answered from the prediction cache is a success and a `cache_hit`, not an execution (nor
+    `compute_infer`); a computed answer the cache then kept is a `cache_miss` too, with the
+    time spent looking it up and keeping it."""
     requests, errors = counters.get("requests", 0), counters.get("errors", 0)
     success = max(requests - errors, 0)
+    hits = counters.get("cache_hits", 0)
+    computed = max(success - hits, 0)
     latency_ms = counters.get("latency_ms_sum")
     if latency_ms is None:  # counters from before the sum was kept: the histogram's estimate
         latency_ms = sum(bucket_value(int(k[len(PREFIX) :])) * v for k, v in counters.items() if k.startswith(PREFIX))
-    success_ns = latency_ms * NS_PER_MS
+    hit_ms = counters.get("cache_hit_ms_sum", 0)
     zero = _duration(0, 0)
     return {
         "name": name,
         "version": str(version),
         "last_inference": int(counters.get(LAST_REQUEST, 0)),
         "inference_count": int(counters.get("rows", success)),
-        "execution_count": int(success),
+        "execution_count": int(computed),
         "inference_stats": {
-            "success": _duration(success, success_ns),
+            "success": _duration(success, (latency_ms + hit_ms) * NS_PER_MS),
             "fail": _duration(errors, 0),
             "queue": zero,
             "compute_input": zero,
-            "compute_infer": _duration(success, success_ns),
+            "compute_infer": _duration(computed, latency_ms * NS_PER_MS),
             "compute_output": zero,
-            "cache_hit": zero,
-            "cache_miss": zero,
+            "cache_hit": _duration(hits, hit_ms * NS_PER_MS),
+            "cache_miss": _duration(counters.get("cache_misses", 0), counters.get("cache_miss_ms_sum", 0) * NS_PER_MS),
         },
         "batch_stats": [],
     }
