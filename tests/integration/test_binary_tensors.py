@@ -171,6 +171,24 @@ def test_json_without_data_names_the_input(client: TestClient, keys: dict[str, s
     assert r.status_code == 400 and r.json()["field"] == "inputs.input.data"
 
 
+@pytest.mark.parametrize(
+    "size", [16, 0, "16", None], ids=["with-data", "zero", "text", "none"]
+)
+def test_a_json_request_whose_input_says_binary_data_size_is_refused_naming_it_never_read_from_its_data(
+    client: TestClient, keys: dict[str, str], size: Any
+) -> None:
+    """An input of a request of JSON alone (no Inference-Header-Content-Length) that says
+    `binary_data_size` is refused naming the parameter, as Triton refuses it: its `data` (the
+    same numbers) is never read as if the parameter were not there. `null`: not said."""
+    tensor = {"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [5.9, 3.0, 5.1, 1.8], "parameters": {"binary_data_size": size}}
+    r = client.post("/v2/models/iris/infer", json={"inputs": [tensor]}, headers=auth(keys["acme"]))
+    if size is None:
+        assert r.status_code == 200, r.text
+        return
+    assert r.status_code == 400, r.text
+    assert r.json()["field"] == "inputs.input.parameters.binary_data_size" and "Inference-Header-Content-Length" in r.json()["error"]
+
+
 def test_server_metadata_names_the_extension_with_or_without_the_slash(client: TestClient) -> None:
     plain, slash = client.get("/v2", follow_redirects=False), client.get("/v2/", follow_redirects=False)
     assert plain.status_code == slash.status_code == 200 and plain.json() == slash.json()

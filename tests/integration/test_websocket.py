@@ -294,3 +294,14 @@ def test_messages_refused_by_the_connections_rate_are_counted_each_and_logged_to
     messages = [record.getMessage() for record in caplog.records]
     assert container.telemetry.errors == 3 and container.telemetry.refusals == {"rate_limited": 3}
     assert "prediction failed" not in messages and messages.count("requests refused by admission") == 1
+
+
+def test_a_message_whose_input_says_binary_data_size_is_refused_as_http_refuses_it(client: TestClient, keys: dict[str, str]) -> None:
+    """A message is JSON alone: an input that says `binary_data_size` is refused naming it, as
+    HTTP refuses a JSON body's, never read from its `data`."""
+    v2 = {"inputs": [{**INPUT, "parameters": {"binary_data_size": 16}}]}
+    over_http = client.post("/v2/models/iris/infer", json=v2, headers=auth(keys["acme"]))
+    with client.websocket_connect(URL, headers=auth(keys["acme"])) as ws:
+        refused = ask(ws, {"request_id": "b", "deployment": "iris", "v2": v2})
+    assert (refused["status"], refused["field"]) == (400, "inputs.input.parameters.binary_data_size"), refused
+    assert (over_http.status_code, over_http.json()["field"]) == (400, refused["field"])

@@ -20,7 +20,7 @@ from sluice.api.deps import id_header, request_id
 from sluice.api.edge import JSON_BOOLS, HotRoute
 from sluice.api.present import plain_body, v2_body
 from sluice.api.responses import JSONResponse, errors, lambda_size_over
-from sluice.codecs.binary import HEADER, binary_outputs, decode_inputs, to_bytes
+from sluice.codecs.binary import HEADER, binary_outputs, decode_inputs, json_tensors, to_bytes
 from sluice.codecs.classification import asked
 from sluice.codecs.triton import binary_json_type
 from sluice.domain.errors import BadRequest
@@ -28,7 +28,6 @@ from sluice.domain.requests import (
     ArrayInputs,
     PredictionRequest,
     RowInputs,
-    Tensor,
     TensorInputs,
     UploadInputs,
     routing_key_of,
@@ -134,7 +133,7 @@ async def infer(
             raise BadRequest("a request naming an upload (parameters.upload_id) carries no inputs of its own", field="upload_id")
         inputs: TensorInputs | ArrayInputs | UploadInputs = UploadInputs(str(upload_id), "v2")
     elif binary is None:
-        inputs = TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in body.inputs))
+        inputs = TensorInputs(json_tensors(body.inputs))
     else:
         inputs = ArrayInputs(*decode_inputs(body.inputs, binary))
     request = PredictionRequest(

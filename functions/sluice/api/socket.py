@@ -25,7 +25,7 @@ from pydantic_core import from_json
 
 from sluice.api.errors import error_content
 from sluice.api.present import plain_body, v2_body
-from sluice.codecs.binary import binary_outputs
+from sluice.codecs.binary import binary_outputs, json_tensors
 from sluice.codecs.classification import asked
 from sluice.domain.errors import (
     BadRequest,
@@ -38,7 +38,6 @@ from sluice.domain.requests import (
     MAX_REQUEST_ID,
     PredictionRequest,
     RowInputs,
-    Tensor,
     TensorInputs,
     routing_key_of,
 )
@@ -182,7 +181,7 @@ class Session:
             classify = asked((out.name, out.parameters) for out in body.outputs) if body.outputs else None
             request = PredictionRequest(
                 deployment=wrapped.deployment,
-                inputs=TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in body.inputs)),
+                inputs=TensorInputs(json_tensors(body.inputs)),
                 version=wrapped.version,
                 outputs=wanted,
                 classify=classify,

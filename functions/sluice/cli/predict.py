@@ -27,11 +27,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     from sluice.api.present import plain_body, v2_body
     from sluice.cli.remote import UPLOAD_ABOVE, api_from, predict_remote
+    from sluice.codecs.binary import json_tensors
     from sluice.domain.requests import (
         ROW_FIELDS,
         PredictionRequest,
         RowInputs,
-        Tensor,
         TensorInputs,
         routing_key_of,
     )
@@ -66,7 +66,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         classify = asked((out.name, out.parameters) for out in parsed.outputs) if parsed.outputs else None
         request = PredictionRequest(
             deployment=args.deployment,
-            inputs=TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in parsed.inputs)),
+            inputs=TensorInputs(json_tensors(parsed.inputs)),
             version=args.version, outputs=wanted, classify=classify, variant=params.get("variant"),
             routing_key=routing_key_of(params), parameters=params or None,
         )  # fmt: skip

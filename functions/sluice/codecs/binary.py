@@ -20,6 +20,7 @@ import numpy as np
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.tensors import decode_tensor, shaped
 from sluice.domain.errors import BadRequest, InvalidInput
+from sluice.domain.requests import Tensor
 from sluice.domain.values import decimal
 
 if TYPE_CHECKING:
@@ -40,6 +41,21 @@ def split_body(raw: bytes, declared: str) -> tuple[bytes, memoryview]:
         )
     view = memoryview(raw)
     return raw[:length], view[length:]
+
+
+def json_tensors(inputs: Sequence[Any]) -> tuple[Tensor, ...]:
+    """A v2 request of JSON alone: its inputs as tensors whose data is their JSON `data`. An
+    input that says `parameters.binary_data_size` is refused naming it (its bytes would follow a
+    binary request's JSON header, which such a request has none of; Triton refuses it too),
+    never read from its `data` as if the parameter were not there."""
+    for tensor in inputs:
+        if (tensor.parameters or {}).get("binary_data_size") is not None:
+            raise InvalidInput(
+                f"input '{tensor.name}' says binary_data_size, but the request is JSON alone: binary data follows a JSON "
+                "header whose length the Inference-Header-Content-Length header gives",
+                field=f"inputs.{tensor.name}.parameters.binary_data_size",
+            )
+    return tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in inputs)
 
 
 def decode_inputs(inputs: Sequence[Any], tail: memoryview) -> tuple[dict[str, np.ndarray], dict[str, str]]:

@@ -26,7 +26,7 @@ from sluice.codecs.triton import (
     binary_json_type,
 )
 from sluice.domain.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
-from sluice.domain.requests import ROW_FIELDS, ArrayInputs, RowInputs, Tensor, TensorInputs
+from sluice.domain.requests import ROW_FIELDS, ArrayInputs, RowInputs, TensorInputs
 from sluice.domain.uploads import OCTET_STREAM, UPLOAD_ID, Upload
 from sluice.domain.values import decimal, shown
 
@@ -185,7 +185,7 @@ def inputs_of_upload(data: bytes, upload: Upload, form: str) -> tuple[Inputs, tu
     holds a true or false anywhere (see `PredictionRequest.json_bools`)."""
     from pydantic import ValidationError
 
-    from sluice.codecs.binary import decode_inputs
+    from sluice.codecs.binary import decode_inputs, json_tensors
     from sluice.types.v2 import InferenceRequest
 
     size = upload.header_size
@@ -229,8 +229,7 @@ def inputs_of_upload(data: bytes, upload: Upload, form: str) -> tuple[Inputs, tu
         )
     outputs = tuple(o.name for o in request.outputs) if request.outputs else None
     if size is None:
-        tensors = tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in request.inputs)
-        return TensorInputs(tensors), outputs, bools
+        return TensorInputs(json_tensors(request.inputs)), outputs, bools
     return ArrayInputs(*decode_inputs(request.inputs, memoryview(data)[size:])), outputs, bools
 
 
