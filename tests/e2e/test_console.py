@@ -205,6 +205,19 @@ def test_a_canarys_statistics_appear_while_predictions_come(admin_tab: Tab, serv
     tab.shot(shots, "deployment")
 
 
+def test_a_caching_deployments_hits_are_shown_beside_its_requests(admin_tab: Tab, service: Service) -> None:
+    """The same input asked three times of a deployment with the prediction cache on: one miss,
+    two hits, all three among its requests."""
+    tab = admin_tab
+    service.call("POST", "/api/v1/deployments", json={"name": "iris-cached", "policy": {"kind": "single", "model": "iris", "version": 1},
+                                                       "cache": {"ttl_s": 600, "max_entries": 100}})  # fmt: skip
+    service.predict("iris-cached", 3)
+    tab.go("/deployments/iris-cached", "#cache-stats")
+    text = tab.page.inner_text("#cache-stats")
+    assert "2 hits, 1 misses (hit rate 66.7%)" in text, text
+    assert tab.page.locator("#stats-table tr", has_text="all").first.locator("td").nth(2).inner_text() == "3"
+
+
 HIDE = """() => {
   Object.defineProperty(document, "visibilityState", { configurable: true, get: () => "hidden" });
   document.dispatchEvent(new Event("visibilitychange"));

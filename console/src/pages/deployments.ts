@@ -30,6 +30,9 @@ interface Traffic {
   invalid_inputs?: number;
   invalid_input_rate?: number | null;
   latency_ms: { p50: number | null; p95: number | null; p99: number | null };
+  cache_hits?: number; // the prediction cache's (the deployment's overall counts, where it is on)
+  cache_misses?: number;
+  cache_hit_rate?: number | null;
 }
 
 interface Stats {
@@ -228,10 +231,20 @@ export async function deploymentPage(ctx: Context, name: string): Promise<void> 
     lastStats = stats;
     drawPolicy();
     charts.add({ t: Date.now() / 1000, subjects });
+    const cache = stats.overall;
     mount(
       statsBox,
       h("p", { class: "muted" }, `Counters of revision ${stats.revision}, merged from every container; sampled every ${POLL_MS / 1000} s while this tab is visible.`),
       table(["kind", "name", "requests", "errors", "error rate", "refused inputs", "p50 ms", "p95 ms", "p99 ms", "agreement (95% CI)", "mean reward"], rows, { id: "stats-table" }),
+      cache.cache_hits === undefined
+        ? null
+        : h(
+            "p",
+            { id: "cache-stats" },
+            `Prediction cache: ${cache.cache_hits} hits, ${cache.cache_misses ?? 0} misses` +
+              (cache.cache_hit_rate == null ? "" : ` (hit rate ${(cache.cache_hit_rate * 100).toFixed(1)}%)`) +
+              ". A hit is counted among the requests; the latency quantiles are of computed answers.",
+          ),
     );
   };
 
