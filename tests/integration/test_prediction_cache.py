@@ -309,10 +309,11 @@ def test_the_v2_statistics_count_hits_as_triton_does(cached: TestClient, keys: d
     predict(cached, keys["acme"], "iris")
     (stats,) = cached.get("/v2/models/ic/stats", headers=auth(keys["acme"])).json()["model_stats"]
     infer = stats["inference_stats"]
-    assert (stats["inference_count"], stats["execution_count"]) == (5, 2)
+    assert (stats["inference_count"], stats["execution_count"]) == (2, 2)  # Triton's inferences: no cache hit among them
     assert (infer["success"]["count"], infer["compute_infer"]["count"], infer["cache_hit"]["count"], infer["cache_miss"]["count"]) == (5, 2, 3, 2)
     assert infer["cache_hit"]["ns"] > 0 and infer["cache_miss"]["ns"] > 0 and infer["compute_infer"]["ns"] > 0
-    assert infer["success"]["ns"] == pytest.approx(infer["compute_infer"]["ns"] + infer["cache_hit"]["ns"], abs=2)
+    # A hit's success time is its request's, of which its cache_hit time (the lookup) is a part.
+    assert infer["success"]["ns"] > infer["compute_infer"]["ns"] + infer["cache_hit"]["ns"]
     assert stats["last_inference"] > 0
     (plain,) = cached.get("/v2/models/iris/stats", headers=auth(keys["acme"])).json()["model_stats"]
     assert plain["inference_stats"]["cache_hit"] == plain["inference_stats"]["cache_miss"] == {"count": 0, "ns": 0}

@@ -44,18 +44,25 @@ def split_body(raw: bytes, declared: str) -> tuple[bytes, memoryview]:
 
 
 def json_tensors(inputs: Sequence[Any]) -> tuple[Tensor, ...]:
-    """A v2 request of JSON alone: its inputs as tensors whose data is their JSON `data`. An
-    input that says `parameters.binary_data_size` is refused naming it (its bytes would follow a
-    binary request's JSON header, which such a request has none of; Triton refuses it too),
-    never read from its `data` as if the parameter were not there."""
+    """A v2 request of JSON alone: its inputs as tensors whose data is their JSON `data`, each
+    refused where it says `binary_data_size` (`json_alone`)."""
     for tensor in inputs:
-        if (tensor.parameters or {}).get("binary_data_size") is not None:
-            raise InvalidInput(
-                f"input '{tensor.name}' says binary_data_size, but the request is JSON alone: binary data follows a JSON "
-                "header whose length the Inference-Header-Content-Length header gives",
-                field=f"inputs.{tensor.name}.parameters.binary_data_size",
-            )
+        json_alone(tensor.name, tensor.parameters)
     return tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in inputs)
+
+
+def json_alone(name: Any, parameters: Any) -> None:
+    """An input of a v2 request of JSON alone (a body without Inference-Header-Content-Length, a
+    WebSocket message, a stream's record): one that says `parameters.binary_data_size` is
+    refused naming it (its bytes would follow a binary request's JSON header, which such a
+    request has none of; Triton refuses it too), never read from its `data` as if the parameter
+    were not there."""
+    if type(parameters) is dict and parameters.get("binary_data_size") is not None:
+        raise InvalidInput(
+            f"input '{name}' says binary_data_size, but the request is JSON alone: binary data follows a JSON "
+            "header whose length the Inference-Header-Content-Length header gives",
+            field=f"inputs.{name}.parameters.binary_data_size",
+        )
 
 
 def decode_inputs(inputs: Sequence[Any], tail: memoryview) -> tuple[dict[str, np.ndarray], dict[str, str]]:

@@ -164,9 +164,9 @@ class PredictionService:
                 hit = self.cache.get(dep, key)
                 if hit is None and self.cache.shared is not None:
                     hit = await self.cache.get_shared(dep, key, self.version_of)
-                if hit is not None:
-                    return self._hit(resolved, hit, started, fields, arrays, request.request_id, batch=_as_batch(request))
                 lookup_ms = (time.perf_counter() - looking) * 1000
+                if hit is not None:
+                    return self._hit(resolved, hit, started, lookup_ms, fields, arrays, request.request_id, batch=_as_batch(request))
         stat_key = (dep.tenant, dep.name, dep.revision, "deployment")
         try:
             answer = await within(self.runner.run(resolved.node, call, arrays), self.settings.request_timeout_s)
@@ -235,20 +235,21 @@ class PredictionService:
             self.kept.observe((dep.tenant, dep.name, dep.revision, answer.variant or ""), answer.signature, answer.result, request_id, rows)
 
     def _hit(
-        self, resolved: Resolved, answer: Answer, started: float, fields: dict[str, Any], arrays: dict[str, np.ndarray],
+        self, resolved: Resolved, answer: Answer, started: float, lookup_ms: float, fields: dict[str, Any], arrays: dict[str, np.ndarray],
         request_id: str | None, *, batch: bool,
     ) -> Prediction:  # fmt: skip
         """A kept answer: no inference, no shadow jobs, no profile and no latency sample (those
         are of live computations); telemetry counts the request and the hit, the deployment's
         statistics count it as an answered request and a cache hit (as Triton's statistics
-        count one: a success, not an execution), and the answer is kept for its ground truth."""
+        count one: a success with the request's time, a `cache_hit` with the lookup's, not an
+        execution nor inferences), and the answer is kept for its ground truth."""
         latency_ms = ms3((time.perf_counter() - started) * 1000)
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
         rows = rows_of(arrays)
         dep = resolved.deployment
-        counted = {"requests": 1, "cache_hits": 1, "cache_hit_ms_sum": latency_ms, **({"rows": rows} if rows else {})}
+        counted = {"requests": 1, "cache_hits": 1, "cache_hit_ms_sum": lookup_ms, "cache_hit_request_ms_sum": latency_ms}
         self.stats.add((dep.tenant, dep.name, dep.revision, "deployment"), counted, {LAST_REQUEST: time.time() * 1000})
         self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=True)
         self._keep(resolved.deployment, answer, request_id, rows)

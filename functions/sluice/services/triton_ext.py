@@ -66,9 +66,10 @@ def _duration(count: float, ns: float) -> dict[str, int]:
 
 def model_stats(name: str, version: int, counters: dict[str, float]) -> dict[str, Any]:
     """One `model_stats` entry from a deployment's counters, as Triton counts: a request
-    answered from the prediction cache is a success and a `cache_hit`, not an execution (nor
-    `compute_infer`); a computed answer the cache then kept is a `cache_miss` too, with the
-    time spent looking it up and keeping it."""
+    answered from the prediction cache is a success (with the request's time) and a
+    `cache_hit` (with the lookup's), not an execution, nor inferences, nor `compute_infer`; a
+    computed answer of a caching deployment is a `cache_miss` too, with the time spent looking
+    it up and keeping it."""
     requests, errors = counters.get("requests", 0), counters.get("errors", 0)
     success = max(requests - errors, 0)
     hits = counters.get("cache_hits", 0)
@@ -77,15 +78,16 @@ def model_stats(name: str, version: int, counters: dict[str, float]) -> dict[str
     if latency_ms is None:  # counters from before the sum was kept: the histogram's estimate
         latency_ms = sum(bucket_value(int(k[len(PREFIX) :])) * v for k, v in counters.items() if k.startswith(PREFIX))
     hit_ms = counters.get("cache_hit_ms_sum", 0)
+    hit_request_ms = counters.get("cache_hit_request_ms_sum", hit_ms)
     zero = _duration(0, 0)
     return {
         "name": name,
         "version": str(version),
         "last_inference": int(counters.get(LAST_REQUEST, 0)),
-        "inference_count": int(counters.get("rows", success)),
+        "inference_count": int(counters.get("rows", computed)),  # rows computed: Triton counts no cache hit here
         "execution_count": int(computed),
         "inference_stats": {
-            "success": _duration(success, (latency_ms + hit_ms) * NS_PER_MS),
+            "success": _duration(success, (latency_ms + hit_request_ms) * NS_PER_MS),
             "fail": _duration(errors, 0),
             "queue": zero,
             "compute_input": zero,

@@ -19,6 +19,7 @@ import orjson
 from orjson import JSONDecodeError, loads
 
 from sluice.capture.held import RecordAt
+from sluice.codecs.binary import json_alone
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.json_text import loads as loads_or_too_deep
 from sluice.codecs.json_text import too_deep
@@ -343,6 +344,8 @@ def _members(value: dict[str, Any]) -> int:
 
 
 def _tensor(data: dict[str, Any], index: int) -> Tensor:
+    if type(data) is dict:  # a record is JSON alone, as a WebSocket message is
+        json_alone(data.get("name"), data.get("parameters"))
     try:
         return Tensor(str(data["name"]), str(data["datatype"]), tuple(int(n) for n in data["shape"]), data["data"])
     except (KeyError, TypeError, ValueError):

@@ -394,11 +394,15 @@ def test_v2_and_batch_shaped_records(aws: None, bind: Bind) -> None:
     handle = bind({"kind": "sqs", "target": url})
     v2 = {"id": "v2", "inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4], "data": [5.1, 3.5, 1.4, 0.2, 6.7, 3.0, 5.2, 2.3]}]}
     several = {"id": "batch", "batch": [[5.1, 3.5, 1.4, 0.2]]}
-    assert handle(sqs_event([json.dumps(v2), json.dumps(several), *rows(2)])) == {"batchItemFailures": []}
+    # A record is JSON alone: an input saying binary_data_size is refused naming it, as over
+    # HTTP and a WebSocket, never read from its data.
+    said = {"id": "said-binary", "inputs": [{**v2["inputs"][0], "parameters": {"binary_data_size": 32}}]}
+    assert handle(sqs_event([json.dumps(v2), json.dumps(several), json.dumps(said), *rows(2)])) == {"batchItemFailures": []}
     out = {o["id"]: o for o in _drain(sqs, url)}
     assert [p["prediction"] for p in out["v2"]["predictions"]] == ["setosa", "virginica"]
     assert [p["prediction"] for p in out["batch"]["predictions"]] == ["setosa"]
     assert out["tx-0"]["prediction"] == "setosa"
+    assert out["said-binary"]["field"] == "inputs.input.parameters.binary_data_size" and "predictions" not in out["said-binary"], out["said-binary"]
 
 
 
