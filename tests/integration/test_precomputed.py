@@ -424,3 +424,77 @@ def test_a_key_that_is_a_list_or_a_struct_fails_its_row_alone(recs: Container, a
         assert len(reasons) == 4 and all("is empty on this row, a list or an object" in e["reason"] for e in reasons), reasons
         texts = ["[1, 2]", "[1,2]", "[3]", "{'id': 1}", '{"id": 1}', "[]"]
         assert recs.precomputed.get_answers("acme", "recs", job.id, texts, now=time.time()) == {}
+
+
+# Answers kept once read --------------------------------------------------------------------
+def _publish(c: Container, tenant: str, generation: str, answers: dict[str, float], *, now: float, ttl_s: float = 3600, answers_ttl_s: float | None = None) -> None:
+    """`answers` (user: the diabetes model's one output) written as generation `generation` of
+    the tenant's `recs` table and published, as a job's finalize does (the answers kept
+    `answers_ttl_s`, the publication's time by default)."""
+    store = c.precomputed
+    assert store is not None
+    rows = [(user, encode_rows({"variable": np.full((1, 1), value, np.float32)}, 1)[0]) for user, value in answers.items()]
+    store.put_answers(tenant, "recs", generation, rows, computed_at=now, expires_at=now + (ttl_s if answers_ttl_s is None else answers_ttl_s))
+    outputs = [{"name": "variable", "datatype": "FP32", "shape": [-1, 1]}]
+    store.publish(tenant, "recs", Publication(generation, f"job-{generation}", "diabetes", outputs, published_at=now), expires_at=now + ttl_s)
+
+
+def test_an_answer_read_once_is_kept_and_served_as_stored_until_it_expires(recs: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each entity's answer is read of the table once a container (a generation's answers never
+    change); kept, it is the stored answer with its own `computed_at`, served until its own
+    expiry, after which the row is answered live as an expired stored one is."""
+    from sluice.inference import precomputed
+
+    _, key = recs.keys.create("acme", ["predict"])
+    client = TestClient(create_app(recs))
+    now = time.time()
+    _publish(recs, "acme", "g1", {"u1": 11.0, "u2": 22.0}, now=now, ttl_s=7200, answers_ttl_s=600)
+    reader = recs.predictions.runner.precomputed
+    assert reader is not None and reader.answers_kept == 10_000  # the default
+    answers = [ask(client, key, user) for user in ("u1", "u2", "u1", "u1", "u2", "nobody", "nobody")]
+    assert [(a["source"], a.get("prediction")) for a in answers[:5]] == [("precomputed", 11.0), ("precomputed", 22.0), ("precomputed", 11.0), ("precomputed", 11.0), ("precomputed", 22.0)]
+    assert all(a["computed_at"] == pytest.approx(now) for a in answers[:5])
+    assert [a["source"] for a in answers[5:]] == ["live", "live"]
+    assert reader.reads == 4  # u1 and u2 once each; an entity the table does not hold, every time
+    # Past the stored answers' own expiry (not the publication's, nor max_age_s): live, as from the table.
+    later = time.time() + 1200
+
+    class Clock:
+        perf_counter = staticmethod(time.perf_counter)
+        monotonic = staticmethod(time.monotonic)
+        time = staticmethod(lambda: later)
+
+    monkeypatch.setattr(precomputed, "time", Clock)
+    assert ask(client, key, "u1")["source"] == "live"
+
+
+def test_a_new_generation_serves_its_own_answers_not_those_kept_of_the_last(recs: Container, acme: Principal, globex: Principal) -> None:
+    """Kept answers are the generation's they were read from: a job's new publication is served
+    its own answers as soon as the container reads it; another tenant's table of the same
+    name and entities is its own."""
+    _, key = recs.keys.create("acme", ["predict"])
+    recs.models.push(globex, "diabetes", (MODELS / "diabetes_mlp.onnx").read_bytes())
+    recs.deployments.create(globex, "recs", RECS)
+    _, other = recs.keys.create("globex", ["predict"])
+    client = TestClient(create_app(recs))
+    now = time.time()
+    _publish(recs, "acme", "g1", {"u1": 1.0}, now=now)
+    _publish(recs, "globex", "g1", {"u1": 5.0}, now=now)
+    assert [ask(client, key, "u1")["prediction"] for _ in range(2)] == [1.0, 1.0]
+    assert ask(client, other, "u1")["prediction"] == 5.0
+    _publish(recs, "acme", "g2", {"u1": 2.0}, now=now + 1)
+    assert [ask(client, key, "u1")["prediction"] for _ in range(2)] == [2.0, 2.0]
+    assert ask(client, other, "u1")["prediction"] == 5.0
+
+
+def test_with_no_answers_kept_every_hit_reads_the_table(demo: Container, acme: Principal, tmp_path: Path) -> None:
+    from sluice.wiring import Container as Made
+
+    c = Made.from_settings(Settings(mode="local", home=tmp_path / "none", precomputed_answers_kept=0, precomputed_publication_ttl_s=0))
+    c.models.push(acme, "diabetes", (MODELS / "diabetes_mlp.onnx").read_bytes())
+    c.deployments.create(acme, "recs", RECS)
+    _, key = c.keys.create("acme", ["predict"])
+    client = TestClient(create_app(c))
+    _publish(c, "acme", "g1", {"u1": 3.0}, now=time.time())
+    assert [ask(client, key, "u1")["prediction"] for _ in range(3)] == [3.0, 3.0, 3.0]
+    assert c.predictions.runner.precomputed.reads == 3  # type: ignore[union-attr]

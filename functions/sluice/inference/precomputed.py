@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.caching import TTLCache
+from sluice.caching import TTLCache, keep
 from sluice.codecs.stored_rows import decode_rows
 from sluice.domain.errors import Unavailable
 from sluice.domain.policy import MAX_DEPTH, first_branch
@@ -41,16 +41,23 @@ if TYPE_CHECKING:
 
 
 class PrecomputedReader:
-    """The store, and each table's publication kept briefly (a miss too). Reads go to a thread
+    """The store, each table's publication kept briefly (a miss too), and the answers read kept
+    (`answers_kept` of them, by tenant, table, generation and entity): a published generation's
+    answers never change (a job writes its own generation, and publishes it once written), so a
+    kept answer is the stored one, served until its own expiry; an entity the store does not
+    hold is asked again each time (a later job's generation may). Reads go to a thread
     (DynamoDB: a network call), or run inline where the store says they never wait (SQLite in
     WAL mode: a read never waits on a writer, and takes microseconds; a thread hop would
     cost more than the read)."""
 
-    def __init__(self, store: PrecomputedStore, *, publication_ttl_s: float = 5.0) -> None:
+    def __init__(self, store: PrecomputedStore, *, publication_ttl_s: float = 5.0, answers_kept: int = 0) -> None:
         self.store = store
         self.inline = bool(getattr(store, "reads_inline", False))
         self._publications: TTLCache[tuple[str, str], tuple[Publication | None, tuple[TensorSpec, ...]]] = TTLCache(publication_ttl_s)
         self._fit: tuple[Any, Any, str | None] = ((), (), None)  # the last (stored specs, live outputs, why they do not fit)
+        self.answers_kept = answers_kept
+        self._answers: dict[tuple[str, str, str, str], Stored] = {}
+        self.reads = 0  # reads of answers made of the store (what the kept ones spare)
 
     def misfit(self, specs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> str | None:
         """`fits(specs, outputs)`, asked again only when either changes (a publication's specs
@@ -77,12 +84,46 @@ class PrecomputedReader:
         return kept
 
     async def answers(self, tenant: str, table: str, generation: str, entities: list[str]) -> dict[str, Stored]:
-        return await self._read(self.answers_inline, tenant, table, generation, entities)  # type: ignore[no-any-return]
+        now = time.time()
+        found, missing = self._kept(tenant, table, generation, entities, now)
+        if missing:
+            self._keep(tenant, table, generation, await self._read(self._get, tenant, table, generation, missing, now), found)
+        return found
 
     def answers_inline(self, tenant: str, table: str, generation: str, entities: list[str]) -> dict[str, Stored]:
-        """The stored answers of `entities` in the table's `generation`, read on this thread
-        (where the store's reads never wait, `reads_inline`: what `answers` awaits there)."""
-        return self.store.get_answers(tenant, table, generation, entities, now=time.time())
+        """The stored answers of `entities` in the table's `generation`, kept or read on this
+        thread (where the store's reads never wait, `reads_inline`: what `answers` awaits there)."""
+        now = time.time()
+        found, missing = self._kept(tenant, table, generation, entities, now)
+        if missing:
+            self._keep(tenant, table, generation, self._get(tenant, table, generation, missing, now), found)
+        return found
+
+    def _get(self, tenant: str, table: str, generation: str, entities: list[str], now: float) -> dict[str, Stored]:
+        self.reads += 1
+        return self.store.get_answers(tenant, table, generation, entities, now=now)
+
+    def _kept(self, tenant: str, table: str, generation: str, entities: list[str], now: float) -> tuple[dict[str, Stored], list[str]]:
+        """The answers kept of `entities` that have not expired, and the entities to read."""
+        kept = self._answers
+        if not kept:
+            return {}, entities
+        found: dict[str, Stored] = {}
+        missing: list[str] = []
+        for entity in entities:
+            stored = kept.get((tenant, table, generation, entity))
+            if stored is not None and stored.expires_at > now:
+                found[entity] = stored
+            else:
+                missing.append(entity)
+        return found, missing
+
+    def _keep(self, tenant: str, table: str, generation: str, read: dict[str, Stored], found: dict[str, Stored]) -> None:
+        """`read` added to `found`, and kept (a full keep is emptied first: `caching.keep`)."""
+        found.update(read)
+        if self.answers_kept > 0:
+            for entity, stored in read.items():
+                keep(self._answers, (tenant, table, generation, entity), stored, self.answers_kept)
 
     async def _read(self, call: Any, *args: Any, **kw: Any) -> Any:
         return call(*args, **kw) if self.inline else await asyncio.to_thread(call, *args, **kw)

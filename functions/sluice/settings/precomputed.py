@@ -34,6 +34,17 @@ class PrecomputedSettings(Group):
             "are served within this long of its success, at most 60 s. 0 reads it on every request (one more store call)."
         ),
     )
+    precomputed_answers_kept: int = Field(
+        default=10_000,
+        ge=0,
+        le=10_000_000,
+        description=(
+            "Stored answers a container keeps once read, by tenant, table, generation and entity: a published "
+            "generation's answers never change, so a kept one is the stored one, served until its own expiry, and "
+            "an entity asked again costs no read of the table (on AWS a DynamoDB read). 0: every answer read from the table."
+        ),
+    )
+
     @field_validator("precomputed_table")
     @classmethod
     def _url(cls, value: str) -> str:

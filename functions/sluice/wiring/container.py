@@ -148,7 +148,8 @@ class Container:
             return None
         from sluice.inference.precomputed import PrecomputedReader
 
-        return PrecomputedReader(self.precomputed, publication_ttl_s=self.settings.precomputed.precomputed_publication_ttl_s)
+        settings = self.settings.precomputed
+        return PrecomputedReader(self.precomputed, publication_ttl_s=settings.precomputed_publication_ttl_s, answers_kept=settings.precomputed_answers_kept)
 
     @cached_property
     def shadows(self) -> ShadowRunner:

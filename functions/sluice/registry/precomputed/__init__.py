@@ -19,6 +19,7 @@ table of its own whose keys live under the tenant's prefix (`dynamodb`).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -157,10 +158,12 @@ class Superseded(Conflict):
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """One entity's answer: its row (`body`, see `sluice.codecs.stored_rows`), when it was computed."""
+    """One entity's answer: its row (`body`, see `sluice.codecs.stored_rows`), when it was
+    computed, and when the store stops holding it (its time to live)."""
 
     body: bytes
     computed_at: float
+    expires_at: float = field(default=math.inf, compare=False)  # the same answer, whenever it expires
 
 
 class PrecomputedStore(Protocol):

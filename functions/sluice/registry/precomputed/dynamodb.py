@@ -86,8 +86,9 @@ class DynamoPrecomputed:
         keys = [key(answer_pk(tenant, table, e), sk) for e in unique]
         read = {"ProjectionExpression": "pk, body, #at, expires_at", "ExpressionAttributeNames": {"#at": "at"}}
         for item in self.table.get_many(keys, **read):
-            if float(item["expires_at"]["N"]) > now:
-                found[item["pk"]["S"][prefix:]] = Stored(bytes(item["body"]["B"]), float(item["at"]["N"]))
+            until = float(item["expires_at"]["N"])
+            if until > now:
+                found[item["pk"]["S"][prefix:]] = Stored(bytes(item["body"]["B"]), float(item["at"]["N"]), until)
         return found
 
     def put_answers(

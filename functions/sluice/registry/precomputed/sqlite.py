@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS publications (
 # The read of n entities (1..MAX_GET), each statement's text made once: SQLite keeps a prepared
 # statement per text, so a request's read finds its statement prepared. `body` is a BLOB and
 # `computed_at` a REAL column: read as bytes and float.
-_SELECT = "SELECT entity, body, computed_at FROM answers WHERE tenant = ? AND tbl = ? AND generation = ? AND expires_at > ? AND "
+_SELECT = "SELECT entity, body, computed_at, expires_at FROM answers WHERE tenant = ? AND tbl = ? AND generation = ? AND expires_at > ? AND "
 _GET = ("", _SELECT + "entity = ?", *(_SELECT + f"entity IN ({','.join('?' * n)})" for n in range(2, MAX_GET + 1)))
 
 
@@ -97,7 +97,7 @@ class SqlitePrecomputed:
         for start in range(0, len(unique), MAX_GET):
             piece = unique[start : start + MAX_GET]
             rows = conn.execute(_GET[len(piece)], (tenant, table, generation, now, *piece)).fetchall()
-            found.update((entity, Stored(body, at)) for entity, body, at in rows)
+            found.update((entity, Stored(body, at, until)) for entity, body, at, until in rows)
         return found
 
     def put_answers(
