@@ -45,6 +45,7 @@ CONCURRENCY_REASON = (
 # instances keeps the same share of its own memory, and never more than these.
 MODEL_CACHE_SHARE, MODEL_CACHE_DEFAULT = 1 / 2, 1024 * MiB
 PREDICTION_CACHE_SHARE, PREDICTION_CACHE_DEFAULT = 1 / 16, 128 * MiB
+PRECOMPUTED_KEPT_SHARE, PRECOMPUTED_KEPT_DEFAULT = 1 / 32, 32 * MiB  # precomputed answers kept once read
 
 
 class ManagedInstances(Construct):
@@ -124,5 +125,6 @@ def process_environment(config: ManagedInstancesConfig, memory_mb: int) -> dict[
     return {
         "SLUICE_MODEL_CACHE_BYTES": str(int(min(MODEL_CACHE_DEFAULT, share * MODEL_CACHE_SHARE))),
         "SLUICE_PREDICTION_CACHE_MAX_BYTES": str(int(min(PREDICTION_CACHE_DEFAULT, share * PREDICTION_CACHE_SHARE))),
+        "SLUICE_PRECOMPUTED_ANSWERS_KEPT_BYTES": str(int(min(PRECOMPUTED_KEPT_DEFAULT, share * PRECOMPUTED_KEPT_SHARE))),
         "SLUICE_ORT_VCPUS": str(max(1, int(vcpus))),
     }

@@ -75,6 +75,7 @@ def test_the_api_function_runs_on_a_capacity_provider_in_the_given_subnets() -> 
     variables = function["Environment"]["Variables"]
     assert variables["SLUICE_MODEL_CACHE_BYTES"] == str(256 << 20)
     assert variables["SLUICE_PREDICTION_CACHE_MAX_BYTES"] == str(32 << 20)
+    assert variables["SLUICE_PRECOMPUTED_ANSWERS_KEPT_BYTES"] == str(16 << 20)
     assert variables["SLUICE_ORT_VCPUS"] == "1"
 
 

@@ -498,3 +498,58 @@ def test_with_no_answers_kept_every_hit_reads_the_table(demo: Container, acme: P
     _publish(c, "acme", "g1", {"u1": 3.0}, now=time.time())
     assert [ask(client, key, "u1")["prediction"] for _ in range(3)] == [3.0, 3.0, 3.0]
     assert c.predictions.runner.precomputed.reads == 3  # type: ignore[union-attr]
+
+
+def test_a_chunk_try_still_running_after_its_job_ended_writes_nothing_into_the_published_generation(
+    recs: Container, acme: Principal, tmp_path: Path
+) -> None:
+    """A second try of a chunk (a step tried again while its first try ran on) that is still
+    scoring when its job's Finalize has published is refused before it writes a piece into the
+    table: the generation served, and the answers containers keep of it, stay the job's."""
+    from sluice.batch.runner import JobStopped
+
+    _, key = recs.keys.create("acme", ["predict"])
+    client = TestClient(create_app(recs))
+    path = users_csv(tmp_path / "night.csv", ["u1", "u2"], 0.01)
+    job = recs.batch.submit(
+        acme, deployment="diabetes", input_uri=str(path), operator=True, source="cli", start=False,
+        output_uri=str(path.with_suffix("")) + "-out", key_columns=["user"], publish={"table": "recs", "key": "user"},
+    )  # fmt: skip
+    runner = recs.batch_runner
+    planned = runner.plan(acme.tenant, job.id)
+    spec = JobSpec.from_dict(planned["job"])
+    (chunk,) = runner.chunks(planned)
+    runner.score(spec, chunk)
+    runner.finalize(acme.tenant, job.id)
+    assert recs.registry.get_job(acme.tenant, job.id).status == "SUCCEEDED"
+    served = ask(client, key, "u1")
+    assert served["source"] == "precomputed"
+    with pytest.raises(JobStopped):  # the late try, past `score`'s first look at the job
+        runner.scorer.score(spec, chunk, before_writing=lambda: runner._may_write(spec))
+    store = recs.precomputed
+    assert store is not None
+    stored = store.get_answers(acme.tenant, "recs", job.id, ["u1"], now=time.time())["u1"]
+    assert stored.computed_at == pytest.approx(served["computed_at"], abs=1e-6)  # not rewritten
+    assert ask(client, key, "u1")["computed_at"] == served["computed_at"]
+
+
+def test_the_answers_kept_stay_within_their_bytes(tmp_path: Path) -> None:
+    """Past `answers_kept_bytes` the kept answers are dropped and read again as asked (never a
+    wrong one); a row larger than the whole budget is read each time, never kept."""
+    from sluice.inference.precomputed import PrecomputedReader
+    from sluice.registry.precomputed.sqlite import SqlitePrecomputed
+
+    store = SqlitePrecomputed(tmp_path / "precomputed.db")
+    now = time.time()
+    bodies = {"a": b"x" * 400, "b": b"y" * 400, "c": b"z" * 400, "big": b"w" * 5000}
+    store.put_answers("t", "recs", "g1", list(bodies.items()), computed_at=now, expires_at=now + 600)
+    reader = PrecomputedReader(store, answers_kept=100, answers_kept_bytes=1000)
+    for entity in ("a", "b", "a", "b"):  # two fit: read once each
+        assert reader.answers_inline("t", "recs", "g1", [entity])[entity].body == bodies[entity]
+    assert reader.reads == 2
+    assert reader.answers_inline("t", "recs", "g1", ["c"])["c"].body == bodies["c"]  # a third: the keep emptied first
+    assert reader.answers_inline("t", "recs", "g1", ["a"])["a"].body == bodies["a"]  # so read again
+    assert reader.reads == 4 and reader._kept_bytes <= 1000
+    for _ in range(2):
+        assert reader.answers_inline("t", "recs", "g1", ["big"])["big"].body == bodies["big"]
+    assert reader.reads == 6 and reader._kept_bytes <= 1000

@@ -96,8 +96,11 @@ class ChunkScorer:
     def score(
         self, spec: JobSpec, chunk: Chunk, *, threads: int = 1, before_writing: Callable[[], None] | None = None
     ) -> ChunkResult:
-        """`before_writing` is called once the chunk is scored, before its files go into the
-        job's folder: it raises when the job may no longer write there."""
+        """`before_writing` is called before each piece's answers are written into the table it
+        publishes into (where it publishes) and once the chunk is scored, before its files go
+        into the job's folder: it raises when the job may no longer write there. A try still
+        running when its job has ended (a step tried again while its first try ran on) so writes
+        nothing more into a generation that may be served by now."""
         started = time.monotonic()
         principal = Principal(spec.tenant, frozenset({"predict"}), f"batch:{spec.job_id}")
         # The policy the job started with (`JobSpec.revision`), whatever the deployment is now.
@@ -135,9 +138,9 @@ class ChunkScorer:
                     errors.write([_dropped(number, reason, text, keys, chunk.uri) for number, reason, text in piece.dropped])
                     scoring.append(self._start_piece(principal, feeds, spec, piece, run_rows, with_variant, pool, threads, publishing, scalars))
                     while len(scoring) > 1:
-                        _finish_piece(scoring.popleft(), spec, part, errors, versions, chunk.uri, publishing)
+                        _finish_piece(scoring.popleft(), spec, part, errors, versions, chunk.uri, publishing, before_writing)
                 while scoring:
-                    _finish_piece(scoring.popleft(), spec, part, errors, versions, chunk.uri, publishing)
+                    _finish_piece(scoring.popleft(), spec, part, errors, versions, chunk.uri, publishing, before_writing)
             finally:  # after a failure: shares not started yet need not run
                 for left in scoring:
                     for share in left.shares:
@@ -330,6 +333,7 @@ def _finish_piece(
     versions: Counter[str],
     source: str | None,
     publishing: Publishing | None = None,
+    before_writing: Callable[[], None] | None = None,
 ) -> None:
     """Write a piece's scored rows (in order) and its failed ones, once its calls are done.
     `source`: the object the rows came from, when the input is many objects (each row then
@@ -353,6 +357,8 @@ def _finish_piece(
             else:
                 versions.update(ref)
     if publishing is not None:  # before the piece counts as done: a failed write fails the chunk, retried whole
+        if before_writing is not None:  # the job still runs: its generation is not served yet
+            before_writing()
         publishing.write(published, numbers)
     bad = np.flatnonzero(~np.equal(reasons, None))
     if len(bad):

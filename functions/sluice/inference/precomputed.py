@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.caching import TTLCache, keep
+from sluice.caching import TTLCache
 from sluice.codecs.stored_rows import decode_rows
 from sluice.domain.errors import Unavailable
 from sluice.domain.policy import MAX_DEPTH, first_branch
@@ -42,22 +42,26 @@ if TYPE_CHECKING:
 
 class PrecomputedReader:
     """The store, each table's publication kept briefly (a miss too), and the answers read kept
-    (`answers_kept` of them, by tenant, table, generation and entity): a published generation's
-    answers never change (a job writes its own generation, and publishes it once written), so a
-    kept answer is the stored one, served until its own expiry; an entity the store does not
-    hold is asked again each time (a later job's generation may). Reads go to a thread
+    (at most `answers_kept` of them and `answers_kept_bytes` of their rows, by tenant, table,
+    generation and entity): a published generation's answers never change (a job writes its own
+    generation, and publishes it once written; a try of its chunk still running after the job
+    ended writes nothing more: `BatchScorer.score`'s `before_writing`), so a kept answer is the
+    one its job published, served until its own expiry; an entity the store does not hold is
+    asked again each time (a later job's generation may). Reads go to a thread
     (DynamoDB: a network call), or run inline where the store says they never wait (SQLite in
     WAL mode: a read never waits on a writer, and takes microseconds; a thread hop would
     cost more than the read)."""
 
-    def __init__(self, store: PrecomputedStore, *, publication_ttl_s: float = 5.0, answers_kept: int = 0) -> None:
+    def __init__(self, store: PrecomputedStore, *, publication_ttl_s: float = 5.0, answers_kept: int = 0, answers_kept_bytes: int = 0) -> None:
         self.store = store
         self.inline = bool(getattr(store, "reads_inline", False))
         self._publications: TTLCache[tuple[str, str], tuple[Publication | None, tuple[TensorSpec, ...]]] = TTLCache(publication_ttl_s)
         self._fit: tuple[Any, Any, str | None] = ((), (), None)  # the last (stored specs, live outputs, why they do not fit)
-        self.answers_kept = answers_kept
+        self.answers_kept = answers_kept if answers_kept_bytes > 0 else 0
+        self.answers_kept_bytes = answers_kept_bytes
         self._answers: dict[tuple[str, str, str, str], Stored] = {}
-        self.reads = 0  # reads of answers made of the store (what the kept ones spare)
+        self._kept_bytes = 0  # the kept answers' rows, as stored
+        self.reads = 0  # reads of answers made of the store (what the kept ones spare), counted on the caller's thread
 
     def misfit(self, specs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> str | None:
         """`fits(specs, outputs)`, asked again only when either changes (a publication's specs
@@ -87,7 +91,9 @@ class PrecomputedReader:
         now = time.time()
         found, missing = self._kept(tenant, table, generation, entities, now)
         if missing:
-            self._keep(tenant, table, generation, await self._read(self._get, tenant, table, generation, missing, now), found)
+            self.reads += 1
+            read = await self._read(self.store.get_answers, tenant, table, generation, missing, now=now)
+            self._keep(tenant, table, generation, read, found)
         return found
 
     def answers_inline(self, tenant: str, table: str, generation: str, entities: list[str]) -> dict[str, Stored]:
@@ -96,12 +102,9 @@ class PrecomputedReader:
         now = time.time()
         found, missing = self._kept(tenant, table, generation, entities, now)
         if missing:
-            self._keep(tenant, table, generation, self._get(tenant, table, generation, missing, now), found)
+            self.reads += 1
+            self._keep(tenant, table, generation, self.store.get_answers(tenant, table, generation, missing, now=now), found)
         return found
-
-    def _get(self, tenant: str, table: str, generation: str, entities: list[str], now: float) -> dict[str, Stored]:
-        self.reads += 1
-        return self.store.get_answers(tenant, table, generation, entities, now=now)
 
     def _kept(self, tenant: str, table: str, generation: str, entities: list[str], now: float) -> tuple[dict[str, Stored], list[str]]:
         """The answers kept of `entities` that have not expired, and the entities to read."""
@@ -119,11 +122,26 @@ class PrecomputedReader:
         return found, missing
 
     def _keep(self, tenant: str, table: str, generation: str, read: dict[str, Stored], found: dict[str, Stored]) -> None:
-        """`read` added to `found`, and kept (a full keep is emptied first: `caching.keep`)."""
+        """`read` added to `found`, and kept: a keep full by count or by bytes is emptied first
+        (the rule of `caching.keep`), never a wrong answer, only reads made again; a row larger
+        than the whole budget is not kept."""
         found.update(read)
-        if self.answers_kept > 0:
-            for entity, stored in read.items():
-                keep(self._answers, (tenant, table, generation, entity), stored, self.answers_kept)
+        if self.answers_kept <= 0:
+            return
+        kept = self._answers
+        for entity, stored in read.items():
+            size = len(stored.body)
+            if size > self.answers_kept_bytes:
+                continue
+            key = (tenant, table, generation, entity)
+            before = kept.pop(key, None)
+            if before is not None:
+                self._kept_bytes -= len(before.body)
+            if len(kept) >= self.answers_kept or self._kept_bytes + size > self.answers_kept_bytes:
+                kept.clear()
+                self._kept_bytes = 0
+            kept[key] = stored
+            self._kept_bytes += size
 
     async def _read(self, call: Any, *args: Any, **kw: Any) -> Any:
         return call(*args, **kw) if self.inline else await asyncio.to_thread(call, *args, **kw)

@@ -44,6 +44,15 @@ class PrecomputedSettings(Group):
             "an entity asked again costs no read of the table (on AWS a DynamoDB read). 0: every answer read from the table."
         ),
     )
+    precomputed_answers_kept_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        ge=0,
+        le=64 * 1024 * 1024 * 1024,
+        description=(
+            "The most bytes of stored answers a container keeps (their rows as stored): past it the kept ones are "
+            "dropped, as past `precomputed_answers_kept`, and read again as asked. 0: none kept."
+        ),
+    )
 
     @field_validator("precomputed_table")
     @classmethod

@@ -149,7 +149,12 @@ class Container:
         from sluice.inference.precomputed import PrecomputedReader
 
         settings = self.settings.precomputed
-        return PrecomputedReader(self.precomputed, publication_ttl_s=settings.precomputed_publication_ttl_s, answers_kept=settings.precomputed_answers_kept)
+        return PrecomputedReader(
+            self.precomputed,
+            publication_ttl_s=settings.precomputed_publication_ttl_s,
+            answers_kept=settings.precomputed_answers_kept,
+            answers_kept_bytes=settings.precomputed_answers_kept_bytes,
+        )
 
     @cached_property
     def shadows(self) -> ShadowRunner:
