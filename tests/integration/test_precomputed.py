@@ -553,3 +553,37 @@ def test_the_answers_kept_stay_within_their_bytes(tmp_path: Path) -> None:
     for _ in range(2):
         assert reader.answers_inline("t", "recs", "g1", ["big"])["big"].body == bodies["big"]
     assert reader.reads == 6 and reader._kept_bytes <= 1000
+
+
+def test_the_bytes_kept_are_counted_exactly_when_threads_share_the_reader() -> None:
+    """A batch job's scoring threads share the container's reader: what they keep is counted
+    as it is (a count that drifted would empty the keep early, or let it grow past its bytes)."""
+    import sys
+    import threading
+
+    from sluice.inference.precomputed import PrecomputedReader
+    from sluice.registry.precomputed import Stored
+
+    now = time.time()
+    reader = PrecomputedReader(object(), answers_kept=10**6, answers_kept_bytes=10**9)  # type: ignore[arg-type]
+    stored = {f"e{i}": Stored(b"x" * 100, now, now + 1000) for i in range(40)}
+    stop = time.monotonic() + 1.0
+
+    def work(start: int) -> None:
+        i = start
+        while time.monotonic() < stop:
+            entity = f"e{i % 40}"
+            reader._keep("t", "recs", "g1", {entity: stored[entity]}, {})
+            i += 7
+
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switched as often as they may be
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switching)
+    assert reader._kept_bytes == sum(len(s.body) for s in reader._answers.values()) == 4000

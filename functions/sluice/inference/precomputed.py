@@ -16,6 +16,7 @@ and answered live (the table is a shortcut, never the only way to an answer).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -43,11 +44,13 @@ if TYPE_CHECKING:
 class PrecomputedReader:
     """The store, each table's publication kept briefly (a miss too), and the answers read kept
     (at most `answers_kept` of them and `answers_kept_bytes` of their rows, by tenant, table,
-    generation and entity): a published generation's answers never change (a job writes its own
-    generation, and publishes it once written; a try of its chunk still running after the job
-    ended writes nothing more: `BatchScorer.score`'s `before_writing`), so a kept answer is the
-    one its job published, served until its own expiry; an entity the store does not hold is
-    asked again each time (a later job's generation may). Reads go to a thread
+    generation and entity): a published generation's answers do not change (a job writes its
+    own generation, and publishes it once written; a try of its chunk still running after the
+    job ended is refused before each piece it would write, `BatchScorer.score`'s
+    `before_writing`, though a piece it began writing before Finalize published may still land:
+    its job's answers all the same), so a kept answer is one its job wrote, served until its own
+    expiry; an entity the store does not hold is asked again each time (a later job's generation
+    may). Reads go to a thread
     (DynamoDB: a network call), or run inline where the store says they never wait (SQLite in
     WAL mode: a read never waits on a writer, and takes microseconds; a thread hop would
     cost more than the read)."""
@@ -61,6 +64,7 @@ class PrecomputedReader:
         self.answers_kept_bytes = answers_kept_bytes
         self._answers: dict[tuple[str, str, str, str], Stored] = {}
         self._kept_bytes = 0  # the kept answers' rows, as stored
+        self._lock = threading.Lock()  # over `_answers` and `_kept_bytes` as they are kept
         self.reads = 0  # reads of answers made of the store (what the kept ones spare), counted on the caller's thread
 
     def misfit(self, specs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> str | None:
@@ -128,6 +132,10 @@ class PrecomputedReader:
         found.update(read)
         if self.answers_kept <= 0:
             return
+        with self._lock:  # a batch job's threads share the reader
+            self._put(tenant, table, generation, read)
+
+    def _put(self, tenant: str, table: str, generation: str, read: dict[str, Stored]) -> None:
         kept = self._answers
         for entity, stored in read.items():
             size = len(stored.body)
