@@ -65,6 +65,15 @@ def served(demo: Container, acme: Principal) -> Container:
 @contextmanager
 def run_server(container: Container) -> Iterator[str]:
     """The server's address while the block runs; stopped after it."""
+    with serving(container) as (url, _):
+        yield url
+
+
+@contextmanager
+def serving(container: Container) -> Iterator[tuple[str, asyncio.AbstractEventLoop]]:
+    """The server's address and the event loop it runs on (a thread's), while the block runs:
+    what else the block runs on that loop shares the container as `sluice serve`'s worker does
+    (its HTTP and gRPC on one loop)."""
     from sluice.grpc_service.server import start
 
     loop = asyncio.new_event_loop()
@@ -72,7 +81,7 @@ def run_server(container: Container) -> Iterator[str]:
     thread.start()
     server, port = asyncio.run_coroutine_threadsafe(start(container, "127.0.0.1", 0), loop).result(10)
     try:
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", loop
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(None), loop).result(10)
         triton = container.runtimes.get("triton")
