@@ -37,6 +37,12 @@ SUBJECTS = ("hit", "kept", "fallback", "live")
 USERS = 5_000  # users published beside u1, each asked once by `hit` (more than a full run asks)
 CASES = ("mlp_large", "diabetes")
 GOALS = {"mlp_large": Goal("<=", 0.5)}
+# Each subject's figure against the live model: (subject, what it is, a note); `hit` bears the goal.
+FIGURES = (
+    ("hit", "a precomputed answer read from the table", None),
+    ("kept", "a precomputed answer the container kept", "a user asked before: its stored answer kept by the container (SLUICE_PRECOMPUTED_ANSWERS_KEPT), no read of the table"),
+    ("fallback", "a user the table does not hold", "what the table costs a request it cannot answer (one read that finds nothing, then the model)"),
+)
 BLOCKS = 10  # a run's requests of each subject, in this many turns (as `benchmarks.bench_lookups`)
 
 
@@ -131,29 +137,11 @@ def run(quick: bool) -> dict[str, Any]:
     results = measure(repeats, n)
     figures = []
     for name, runs in results.items():
-        figures.append(
-            figure(
-                f"precomputed.{name}.b1.lambda.hit_vs_live",
-                f"{name}, batch 1, Lambda handler: a precomputed answer read from the table p50",
-                "µs", "hit", runs["hit"], reference="the model's own deployment (live)", ref_values=runs["live"], goal=GOALS.get(name),
-            )
-        )
-        figures.append(
-            figure(
-                f"precomputed.{name}.b1.lambda.kept_vs_live",
-                f"{name}, batch 1, Lambda handler: a precomputed answer the container kept p50",
-                "µs", "kept", runs["kept"], reference="the model's own deployment (live)", ref_values=runs["live"],
-                note="a user asked before: its stored answer kept by the container (SLUICE_PRECOMPUTED_ANSWERS_KEPT), no read of the table",
-            )
-        )
-        figures.append(
-            figure(
-                f"precomputed.{name}.b1.lambda.fallback_vs_live",
-                f"{name}, batch 1, Lambda handler: a user the table does not hold p50",
-                "µs", "fallback", runs["fallback"], reference="the model's own deployment (live)", ref_values=runs["live"],
-                note="what the table costs a request it cannot answer (one read that finds nothing, then the model)",
-            )
-        )
+        for subject, what, note in FIGURES:
+            figures.append(figure(
+                f"precomputed.{name}.b1.lambda.{subject}_vs_live", f"{name}, batch 1, Lambda handler: {what} p50", "µs", subject, runs[subject],
+                reference="the model's own deployment (live)", ref_values=runs["live"], note=note, goal=GOALS.get(name) if subject == "hit" else None,
+            ))  # fmt: skip
     notes = [
         f"In process, concurrency 1, the embedded table (SQLite beside the registry); p50 of each run (its requests of each subject in "
         f"{BLOCKS} turns of the four, so a burst of the machine's other work lands on all of them), median over runs.",

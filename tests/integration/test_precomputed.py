@@ -77,6 +77,12 @@ def ask(client: TestClient, key: str, user: str, deployment: str = "recs") -> di
 
 def started(c: Container, acme: Principal, path: Path) -> tuple[str, Any]:
     """A job planned and every chunk scored, not finalized: what a running job has written."""
+    job, runner, _, _ = scored_job(c, acme, path)
+    return job, runner
+
+
+def scored_job(c: Container, acme: Principal, path: Path) -> tuple[str, Any, JobSpec, list[Any]]:
+    """`started`'s job, with its specification and chunks."""
     job = c.batch.submit(
         acme, deployment="diabetes", input_uri=str(path), operator=True, source="cli", start=False,
         output_uri=str(path.with_suffix("")) + "-out", key_columns=["user"], publish={"table": "recs", "key": "user"},
@@ -84,9 +90,10 @@ def started(c: Container, acme: Principal, path: Path) -> tuple[str, Any]:
     runner = c.batch_runner
     planned = runner.plan(acme.tenant, job.id)
     spec = JobSpec.from_dict(planned["job"])
-    for chunk in runner.chunks(planned):
+    chunks = list(runner.chunks(planned))
+    for chunk in chunks:
         runner.score(spec, chunk)
-    return job.id, runner
+    return job.id, runner, spec, chunks
 
 
 def test_a_job_publishes_its_answers_at_its_success_and_a_failed_one_publishes_nothing(recs: Container, acme: Principal, tmp_path: Path) -> None:
@@ -510,25 +517,16 @@ def test_a_chunk_try_still_running_after_its_job_ended_writes_nothing_into_the_p
 
     _, key = recs.keys.create("acme", ["predict"])
     client = TestClient(create_app(recs))
-    path = users_csv(tmp_path / "night.csv", ["u1", "u2"], 0.01)
-    job = recs.batch.submit(
-        acme, deployment="diabetes", input_uri=str(path), operator=True, source="cli", start=False,
-        output_uri=str(path.with_suffix("")) + "-out", key_columns=["user"], publish={"table": "recs", "key": "user"},
-    )  # fmt: skip
-    runner = recs.batch_runner
-    planned = runner.plan(acme.tenant, job.id)
-    spec = JobSpec.from_dict(planned["job"])
-    (chunk,) = runner.chunks(planned)
-    runner.score(spec, chunk)
-    runner.finalize(acme.tenant, job.id)
-    assert recs.registry.get_job(acme.tenant, job.id).status == "SUCCEEDED"
+    job, runner, spec, (chunk,) = scored_job(recs, acme, users_csv(tmp_path / "night.csv", ["u1", "u2"], 0.01))
+    runner.finalize(acme.tenant, job)
+    assert recs.registry.get_job(acme.tenant, job).status == "SUCCEEDED"
     served = ask(client, key, "u1")
     assert served["source"] == "precomputed"
     with pytest.raises(JobStopped):  # the late try, past `score`'s first look at the job
         runner.scorer.score(spec, chunk, before_writing=lambda: runner._may_write(spec))
     store = recs.precomputed
     assert store is not None
-    stored = store.get_answers(acme.tenant, "recs", job.id, ["u1"], now=time.time())["u1"]
+    stored = store.get_answers(acme.tenant, "recs", job, ["u1"], now=time.time())["u1"]
     assert stored.computed_at == pytest.approx(served["computed_at"], abs=1e-6)  # not rewritten
     assert ask(client, key, "u1")["computed_at"] == served["computed_at"]
 

@@ -102,7 +102,7 @@ def test_bandit_split_learns_from_feedback(client: TestClient, keys: dict[str, s
         reward = 1.0 if body["variant"] == "rf" else 0.0
         fb = client.post("/api/v1/deployments/iris-bandit/feedback", json={"request_id": f"r{i}", "reward": reward}, headers=auth(keys["acme_predict"]))
         assert fb.status_code == 200 and fb.json()["variant"] == body["variant"]
-        two_irises.predictions._rewards.clear()  # this test does not wait for the 2 s reward cache
+        two_irises.predictions.bandits._rewards.clear()  # this test does not wait for the 2 s reward cache
     later = [predict(client, keys["acme"], "iris-bandit").json()["variant"] for _ in range(100)]
     assert later.count("rf") >= 80
     stats = client.get("/api/v1/deployments/iris-bandit/stats", headers=auth(keys["acme"])).json()
@@ -483,7 +483,7 @@ def test_bandits_in_two_members_are_each_rewarded_and_each_learns_from_its_own(
         reward = 0.5 * (took["m1"] == "a") + 0.5 * (took["m2"] == "b")  # each bandit's own choice moves it
         fb = client.post("/api/v1/deployments/twin/feedback", json={"request_id": f"t{i}", "reward": reward}, headers=auth(keys["acme"]))
         assert fb.status_code == 200 and sorted(fb.json()["variants"]) == [f"m1/{took['m1']}", f"m2/{took['m2']}"]
-        demo.predictions._rewards.clear()  # this test does not wait for the 2 s reward cache
+        demo.predictions.bandits._rewards.clear()  # this test does not wait for the 2 s reward cache
     later = [picks(predict(client, keys["acme"], "twin").json()) for _ in range(60)]
     assert sum(p["m1"] == "a" for p in later) >= 45 and sum(p["m2"] == "b" for p in later) >= 45
     variants = client.get("/api/v1/deployments/twin/stats", headers=auth(keys["acme"])).json()["variants"]

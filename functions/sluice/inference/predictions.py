@@ -29,23 +29,23 @@ from sluice.domain.errors import (
     UnknownDeployment,
 )
 from sluice.domain.policy import MAX_DEPTH, Single, first_branch, walk
-from sluice.domain.policy_paths import legacy_bandit_subject
 from sluice.domain.requests import RowInputs, UploadInputs
 from sluice.domain.results import Prediction, Resolved, rows_of
 from sluice.domain.signature import Signature
+from sluice.inference.bandit_feedback import BanditFeedback
 from sluice.inference.batching import Batcher
+from sluice.inference.cached_answers import count_hit, keep, look_up
 from sluice.inference.execution import MAX_REF_DEPTH, MIRROR, Call, PolicyRunner, no_routing, within
 from sluice.inference.graphs import answer_signature, input_signature
 from sluice.inference.inputs import decode_inputs
 from sluice.inference.outcomes import Outcomes, mark
 from sluice.inference.parsed import ParsedPolicies
-from sluice.inference.prediction_cache import answer_key, route_of
 from sluice.inference.revisions import Revisions
 from sluice.inline import timeout
 from sluice.millis import ms3
 from sluice.observability import get_logger
 from sluice.settings import in_lambda
-from sluice.stats.recorder import LAST_REQUEST, StatsRecorder
+from sluice.stats.recorder import StatsRecorder
 from sluice.validation import check_inputs
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from sluice.domain.policy import Node
     from sluice.domain.requests import PredictionRequest
     from sluice.domain.results import Answer
+    from sluice.inference.cached_answers import Lookup
     from sluice.inference.mirror import Mirror
     from sluice.inference.precomputed import PrecomputedReader
     from sluice.inference.prediction_cache import PredictionCache
@@ -105,7 +106,7 @@ class PredictionService:
         # What a composite policy takes and answers, derived once per parsed policy (see `resolve`).
         self._resolved: TTLCache[tuple[str, str], Resolved] = TTLCache(settings.deployment_cache_ttl_s)
         self.revisions = Revisions(registry, settings.deployment_cache_ttl_s)  # as a request pinned to one reads them (`resolve`)
-        self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
+        self.bandits = BanditFeedback(registry, self.parsed)
         self._reading: dict[tuple[int, tuple[str, str]], asyncio.Future[tuple[Deployment, Node]]] = {}
         self._forgotten = 0  # changes seen here (`forget`): a read one overtook is not kept
         # Batching joins requests one process serves at once; a Lambda environment serves one.
@@ -153,20 +154,11 @@ class PredictionService:
         )
         if request.variant is not None:
             self._check_variant(resolved.node, request.variant)
-        key, lookup_ms = None, 0.0
+        lookup = None
         if dep.cache is not None and self.cache is not None:
-            looking = time.perf_counter()
-            functions = self.runner.functions
-            refused = None if functions is None else (lambda n: functions.refusal(n, call.tenant) is not None)  # type: ignore[arg-type]
-            route = await route_of(resolved.node, call, self.deployment_of, refused)
-            if route is not None:
-                key = answer_key(dep, route, request.outputs, arrays)
-                hit = self.cache.get(dep, key)
-                if hit is None and self.cache.shared is not None:
-                    hit = await self.cache.get_shared(dep, key, self.version_of)
-                lookup_ms = (time.perf_counter() - looking) * 1000
-                if hit is not None:
-                    return self._hit(resolved, hit, started, lookup_ms, fields, arrays, request.request_id, batch=_as_batch(request))
+            lookup = await look_up(self, self.cache, dep, resolved.node, call, request.outputs, arrays)
+            if lookup is not None and lookup.hit is not None:
+                return self._hit(resolved, lookup, started, fields, arrays, request.request_id, batch=_as_batch(request))
         stat_key = (dep.tenant, dep.name, dep.revision, "deployment")
         try:
             answer = await within(self.runner.run(resolved.node, call, arrays), self.settings.request_timeout_s)
@@ -182,7 +174,7 @@ class PredictionService:
             raise
         finally:
             if call.chosen:  # answered, failed or queued alike: feedback may reward a failure
-                await self._assign(call)
+                await self.bandits.assign(call)
         latency_ms = ms3((time.perf_counter() - started) * 1000)
         rows = rows_of(arrays)
         self.stats.request(stat_key, latency_ms, ok=True, rows=rows, steps=call.samples)  # a sequence's steps' too: one lock
@@ -194,15 +186,9 @@ class PredictionService:
         if answer.variant:
             fields["variant"] = answer.variant
         cached, sources = None, None
-        if key is not None and self.cache is not None:
-            keeping = time.perf_counter()
-            self.cache.put(dep, key, answer)
-            if self.cache.shared is not None:
-                await self.cache.put_shared(dep, key, answer)
+        if lookup is not None and self.cache is not None:
+            await keep(self.cache, self.stats, dep, lookup, answer)
             cached = False
-            # A miss, as Triton's `cache_miss` counts one: with the time it spent looking the
-            # answer up and keeping it.
-            self.stats.add(stat_key, {"cache_misses": 1, "cache_miss_ms_sum": lookup_ms + (time.perf_counter() - keeping) * 1000})
         elif answer.source is not None:  # a precomputed node's rows, by where they came from
             precomputed = answer.source.count("precomputed") if isinstance(answer.source, list) else rows * (answer.source == "precomputed")
             sources = (precomputed, rows - precomputed)
@@ -235,22 +221,21 @@ class PredictionService:
             self.kept.observe((dep.tenant, dep.name, dep.revision, answer.variant or ""), answer.signature, answer.result, request_id, rows)
 
     def _hit(
-        self, resolved: Resolved, answer: Answer, started: float, lookup_ms: float, fields: dict[str, Any], arrays: dict[str, np.ndarray],
+        self, resolved: Resolved, lookup: Lookup, started: float, fields: dict[str, Any], arrays: dict[str, np.ndarray],
         request_id: str | None, *, batch: bool,
     ) -> Prediction:  # fmt: skip
         """A kept answer: no inference, no shadow jobs, no profile and no latency sample (those
         are of live computations); telemetry counts the request and the hit, the deployment's
-        statistics count it as an answered request and a cache hit (as Triton's statistics
-        count one: a success with the request's time, a `cache_hit` with the lookup's, not an
-        execution nor inferences), and the answer is kept for its ground truth."""
+        statistics an answered request and a cache hit (`cached_answers.count_hit`), and the
+        answer is kept for its ground truth."""
+        answer = lookup.hit
+        assert answer is not None
         latency_ms = ms3((time.perf_counter() - started) * 1000)
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
         rows = rows_of(arrays)
-        dep = resolved.deployment
-        counted = {"requests": 1, "cache_hits": 1, "cache_hit_ms_sum": lookup_ms, "cache_hit_request_ms_sum": latency_ms}
-        self.stats.add((dep.tenant, dep.name, dep.revision, "deployment"), counted, {LAST_REQUEST: time.time() * 1000})
+        count_hit(self.stats, resolved.deployment, lookup, latency_ms)
         self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=True)
         self._keep(resolved.deployment, answer, request_id, rows)
         return Prediction(resolved, answer, latency_ms, 0, cached=True, batch=batch)
@@ -389,29 +374,7 @@ class PredictionService:
         return found
 
     async def rewards_of(self, dep: Deployment) -> dict[str, tuple[int, float]]:
-        """The rewards of `dep`'s revision, by variant path: (count, sum). Those that releases
-        which counted a nested split's variants by their own names stored for the policy's one
-        bandit (`legacy_bandit_subject`) count with its variants' paths."""
-        key = (dep.tenant, dep.name, dep.revision)
-        found = self._rewards.get(key)
-        if found is None:
-            stats = await asyncio.to_thread(self.registry.read_stats, dep.tenant, dep.name, dep.revision)
-            found = {}
-            node = self.parsed.of(dep)[1]
-            for subject, c in stats.items():
-                if subject.startswith("variant:"):
-                    name = subject.removeprefix("variant:")
-                    name = legacy_bandit_subject(node, name) or name
-                    n, total = found.get(name, (0, 0.0))
-                    found[name] = (n + int(c.get("reward_n", 0)), total + float(c.get("reward_sum", 0.0)))
-            self._rewards.put(key, found)
-        return found
-
-    async def _assign(self, call: Call) -> None:
-        """The request's bandit choices (`Call.chosen`) as its one assignment, at the revision
-        that answered it: feedback for the request rewards each (`DeploymentService.feedback`)."""
-        dep = call.deployment
-        await asyncio.to_thread(self.registry.put_assignment, dep.tenant, dep.name, call.request_id, tuple(call.chosen or ()), revision=dep.revision)
+        return await self.bandits.rewards_of(dep)  # what a bandit's choices read (`PolicyRunner`)
 
     # Checks ------------------------------------------------------------------------------
     def _check(self, signature: Signature, arrays: dict[str, np.ndarray], **kw: Any) -> dict[str, np.ndarray]:

@@ -363,20 +363,10 @@ class Container:
 
     @cached_property
     def stream_predictions(self) -> PredictionService:
-        """The prediction service of stream records (the Lambda and `sluice stream`): live
-        traffic, so the same statistics and mirror as the API's, with ONNX run inline (one
-        invocation at a time holds the loop; nothing else waits on it)."""
-        from sluice.inference.predictions import PredictionService
+        """The prediction service of stream records (`sluice.wiring.batch`)."""
+        from sluice.wiring.batch import build_stream_predictions
 
-        online = self.predictions  # its statistics, mirror, graph steps and precomputed answers are shared
-        service = PredictionService(
-            self.registry, self.inline_runtimes(), self.settings.predictions, self.telemetry,  # type: ignore[arg-type]
-            stats=online.stats, mirror=self.mirror, functions=self.functions, lookup_steps=self.lookup_steps,
-            precomputed=self.precomputed_reader,
-        )  # fmt: skip
-        service.capture = self.capture
-        service.profiles = self.predictions.profiles
-        return service
+        return build_stream_predictions(self)
 
     @cached_property
     def batch(self) -> BatchService:
@@ -393,15 +383,10 @@ class Container:
 
     @cached_property
     def catalog(self) -> GlueCatalog:
-        """Where a successful job's output is published as a partition (AWS Glue)."""
-        from sluice.batch.catalog import GlueCatalog
-        from sluice.clients import aws_for
+        """Where a successful job's output is published as a partition (`sluice.wiring.batch`)."""
+        from sluice.wiring.batch import build_catalog
 
-        runner = self.batch_runner  # builds the files
-        return GlueCatalog(
-            runner.files, batch_root=self.settings.batch_root_url, database=self.settings.jobs.catalog_database or None,  # type: ignore[arg-type]
-            **aws_for(self.settings.adapters.region),
-        )  # fmt: skip
+        return build_catalog(self)
 
     @cached_property
     def schedules(self) -> ScheduleService:
