@@ -104,7 +104,18 @@ def _calls(name: str) -> dict[str, Callable[[int], list[float]]]:
         return out
 
     kept, fallback, live = (itertools.repeat(event(f"{name}-recs", "u1")), itertools.repeat(event(f"{name}-recs", "new-user")), itertools.repeat(event(name, None)))
-    fresh = iter([event(f"{name}-recs", f"r{i}") for i in range(USERS)])  # each a user not asked before
+    # Each `hit` a user not asked before, in one event reused as the others are (its body alone
+    # swapped, made beforehand): a request that differs from `kept`'s in its user alone, not in
+    # an event object no request has touched yet (its memory cold in the processor's caches).
+    bodies = iter([event(f"{name}-recs", f"r{i}")["body"] for i in range(USERS)])
+    one = event(f"{name}-recs", "r0")
+
+    def fresh_users() -> Iterator[dict[str, Any]]:
+        for body in bodies:
+            one["body"] = body
+            yield one
+
+    fresh = fresh_users()
     return {
         "hit": lambda count: timed(fresh, "precomputed", count),
         "kept": lambda count: timed(kept, "precomputed", count),

@@ -418,3 +418,66 @@ def test_a_record_goes_the_way_it_would_go_alone_through_nested_sticky_splits_an
     done = run(score_many(demo.predictions, acme, "nest", records, max_rows=4096))
     assert not done.errors
     assert {u: outcome.answer.variant for u, outcome in zip(users, done.by_record(), strict=True)} == alone  # type: ignore[union-attr]
+
+
+def test_a_stopped_ensemble_members_late_counts_stand_after_its_call(demo: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `first_success` member stopped once the other answered counts its finished steps on
+    its way out, after the bulk call of two records has settled its counts: they are counted
+    (not left in the call's held list), once."""
+    import asyncio
+
+    from tests.integration.test_graphs import CHAIN, ROWS
+    from tests.models import embed_model, score_model
+
+    demo.models.push(acme, "embed", embed_model())
+    demo.models.push(acme, "scorez", score_model("z"))
+    demo.deployments.create(acme, "hedge", {"kind": "ensemble", "aggregator": "first_success", "members": [{"name": "fast", "target": CHAIN}, {"name": "slow", "target": CHAIN}]})
+    runner = type(demo.predictions.runner)
+    real = runner.run
+
+    async def slowed(self: Any, node: Any, call: Any, arrays: Any, depth: int = 0) -> Any:
+        if getattr(node, "model", None) == "scorez" and "slow" in str(getattr(call, "path", "")):
+            await asyncio.sleep(0.3)
+        return await real(self, node, call, arrays, depth)
+
+    monkeypatch.setattr(runner, "run", slowed)
+
+    async def scored() -> Any:
+        done = await score_many(demo.predictions, acme, "hedge", Records({"input": np.asarray([ROWS[0]] * 2, dtype=np.float32)}), max_rows=16)
+        await asyncio.sleep(0.1)  # the stopped member's way out
+        return done
+
+    assert not run(scored()).errors
+    demo.predictions.stats.flush()
+    steps = demo.deployments.stats(acme, "hedge")["steps"]
+    assert steps["slow/embed"]["requests"] == 1 and steps["fast/embed"]["requests"] == 1
+
+
+def test_an_unexpected_failure_of_a_streams_call_is_a_failed_request(demo: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a SluiceError (a bug in a runtime): the call's records are retried, and the call is
+    counted as a failed request, in the statistics and the failures' metrics, as any other."""
+    from sluice.capture.held import RecordAt
+    from sluice.stats import held
+
+    async def broken(self: Any, node: Any, call: Any, arrays: Any, depth: int = 0) -> Any:
+        raise RuntimeError("a runtime bug")
+
+    monkeypatch.setattr(type(demo.predictions.runner), "run", broken)
+    telemetry = demo.predictions.telemetry
+    errors = telemetry.errors
+    records = Records({"input": np.asarray([[5.1, 3.5, 1.4, 0.2]] * 2, dtype=np.float32)}, ids=[RecordAt(i, f"r{i}") for i in range(2)])
+
+    async def streamed() -> Any:  # as a stream's micro-batch holds its counts (`sluice.stream.run.process`)
+        counts: list[Any] = []
+        token = held.HELD.set(counts)
+        try:
+            return await score_many(demo.predictions, acme, "iris", records, max_rows=8)
+        finally:
+            held.HELD.reset(token)
+            held.count_held(counts, [False, False])
+
+    done = run(streamed())
+    assert [e.retry for e in done.errors] == [True]
+    demo.predictions.stats.flush()
+    overall = demo.deployments.stats(acme, "iris")["overall"]
+    assert (overall["requests"], overall["errors"], telemetry.errors - errors) == (1, 1, 1)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from sluice.api.app import create_app
 from sluice.batch.plan import JobSpec
 from sluice.codecs.stored_rows import encode_rows
-from sluice.domain.errors import Unprocessable
+from sluice.domain.errors import NotFound, Unprocessable
 from sluice.domain.requests import ArrayInputs, PredictionRequest
 from sluice.domain.signature import TensorSpec
 from sluice.registry.precomputed import Publication
@@ -523,12 +523,71 @@ def test_a_chunk_try_still_running_after_its_job_ended_writes_nothing_into_the_p
     served = ask(client, key, "u1")
     assert served["source"] == "precomputed"
     with pytest.raises(JobStopped):  # the late try, past `score`'s first look at the job
-        runner.scorer.score(spec, chunk, before_writing=lambda: runner._may_write(spec))
+        runner.scorer.score(spec, chunk, before_writing=lambda: runner._may_write(spec, chunk.index))
     store = recs.precomputed
     assert store is not None
     stored = store.get_answers(acme.tenant, "recs", job, ["u1"], now=time.time())["u1"]
     assert stored.computed_at == pytest.approx(served["computed_at"], abs=1e-6)  # not rewritten
     assert ask(client, key, "u1")["computed_at"] == served["computed_at"]
+
+
+def test_a_chunk_try_still_running_while_finalize_publishes_writes_nothing_more(
+    recs: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finalize seals its job before it checks and publishes: a late try of a chunk that asks to
+    write between the publication and SUCCEEDED (still RUNNING then) writes no piece into the
+    served generation, no part over the one Finalize checked, and no keys file into the folder
+    of a job that succeeded; a try that starts then scores nothing."""
+    from sluice.batch import runner as runner_module
+    from sluice.batch.publishing import keys_uri
+    from sluice.batch.runner import JobStopped
+
+    job, runner, spec, (chunk,) = scored_job(recs, acme, users_csv(tmp_path / "night.csv", ["u1", "u2"], 0.01))
+    store = recs.precomputed
+    assert store is not None
+    written = store.get_answers(acme.tenant, "recs", job, ["u1", "u2"], now=time.time())
+    part = runner.registry.get_chunk(acme.tenant, job, chunk.index).part
+    part_bytes = runner.files.read_bytes(part)
+    publish, late = runner_module.publish_job, []
+
+    def publish_then_a_late_try(*args: Any, **kwargs: Any) -> Any:
+        published = publish(*args, **kwargs)
+        assert recs.registry.get_job(acme.tenant, job).status == "RUNNING"  # served, not yet SUCCEEDED
+        try:
+            runner.scorer.score(spec, chunk, before_writing=lambda: runner._may_write(spec, chunk.index))
+        except JobStopped as stopped:
+            late.append(stopped.status)
+        late.append(runner.score(spec, chunk))
+        return published
+
+    monkeypatch.setattr(runner_module, "publish_job", publish_then_a_late_try)
+    time.sleep(0.01)  # a rewrite would carry a later computed_at
+    runner.finalize(acme.tenant, job)
+    assert recs.registry.get_job(acme.tenant, job).status == "SUCCEEDED"
+    assert late[0] == "FINALIZING"
+    assert late[1]["index"] == chunk.index  # recorded before: nothing scored again
+    again = store.get_answers(acme.tenant, "recs", job, ["u1", "u2"], now=time.time())
+    assert {e: (a.computed_at, a.body) for e, a in again.items()} == {e: (a.computed_at, a.body) for e, a in written.items()}
+    assert runner.files.read_bytes(part) == part_bytes
+    with pytest.raises(NotFound):
+        runner.files.read_bytes(keys_uri(spec.output_uri, chunk.index))
+
+
+def test_a_late_try_of_a_recorded_chunk_writes_nothing_and_the_job_still_succeeds(recs: Container, acme: Principal, tmp_path: Path) -> None:
+    """The usual late try: a step tried again has recorded the chunk, and the first try, still
+    running, comes to write before Finalize starts. It is refused at its first write (the
+    chunk's recorded files stand), so Finalize finds the files it recorded and succeeds."""
+    from sluice.batch.runner import JobStopped
+
+    job, runner, spec, (chunk,) = scored_job(recs, acme, users_csv(tmp_path / "night.csv", ["u1", "u2"], 0.01))
+    part = runner.registry.get_chunk(acme.tenant, job, chunk.index).part
+    part_bytes = runner.files.read_bytes(part)
+    with pytest.raises(JobStopped) as stopped:
+        runner.scorer.score(spec, chunk, before_writing=lambda: runner._may_write(spec, chunk.index))
+    assert stopped.value.status == "RECORDED"
+    runner.finalize(acme.tenant, job)
+    assert recs.registry.get_job(acme.tenant, job).status == "SUCCEEDED"
+    assert runner.files.read_bytes(part) == part_bytes
 
 
 def test_the_answers_kept_stay_within_their_bytes(tmp_path: Path) -> None:

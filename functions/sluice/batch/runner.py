@@ -110,6 +110,14 @@ class JobNotRunning(Conflict):
     code = "job_not_running"
 
 
+def _stopped(job: BatchJob) -> str | None:
+    """Why a try of the job's chunks may write nothing more: the job is no longer RUNNING (its
+    status), or Finalize has begun (`FINALIZING`); None while it runs."""
+    if job.status != "RUNNING":
+        return job.status
+    return "FINALIZING" if job.finalizing_at is not None else None
+
+
 class JobStopped(Exception):
     """A chunk's job stopped running while the chunk was scored: it writes nothing."""
 
@@ -197,13 +205,13 @@ class BatchRunner:
         """Score one chunk (its inference calls on `threads` threads) unless the job stopped
         running; returns a small summary."""
         job = self.registry.get_job(spec.tenant, spec.job_id)
-        if job.status != "RUNNING":
-            return {"index": chunk.index, "skipped": job.status}
+        if (stopped := _stopped(job)) is not None:
+            return {"index": chunk.index, "skipped": stopped}
         done = self.registry.get_chunk(spec.tenant, spec.job_id, chunk.index)
         if done is not None:  # scored before (a step repeated): its files stand as recorded
             return chunk_scored(done, recorded=False)
         try:
-            scored = self.scorer.score(spec, chunk, threads=threads, before_writing=lambda: self._may_write(spec))
+            scored = self.scorer.score(spec, chunk, threads=threads, before_writing=lambda: self._may_write(spec, chunk.index))
         except JobStopped as stopped:  # stopped (or found dead) while the chunk was scored: nothing written
             return {"index": chunk.index, "skipped": stopped.status}
         result = as_written(self.files, scored)
@@ -230,6 +238,14 @@ class BatchRunner:
             if job.status == "FAILED":
                 raise JobIncomplete(job.error or f"batch job '{job_id}' failed", field="job")
             return job_summary(job)
+        if job.finalizing_at is None:
+            # Sealed first: a try of a chunk still running (a step tried again while its first
+            # try ran on) writes no more pieces, part or keys from here on (`_may_write`), so
+            # what is checked below and published is what the recorded chunks wrote.
+            try:
+                job = self.registry.update_job(tenant, job_id, finalizing_at=now())
+            except Conflict:  # it ended meanwhile (cancelled, found dead): as it ended
+                return self.finalize(tenant, job_id)
         chunks = self.registry.list_chunks(tenant, job_id)
         problems_found = problems(job, chunks) + not_as_written(self.files, job, chunks)
         if not problems_found:  # a key on two rows: no table can say which row's answer is the entity's
@@ -316,14 +332,18 @@ class BatchRunner:
                 content_type="application/json",
             )  # fmt: skip
 
-    def _may_write(self, spec: JobSpec) -> None:
-        """Raise JobStopped unless the job still runs and holds its folder: a job found dead
-        while a chunk was scored (its process too busy to beat) must not write over the files
-        of the job that took the folder since."""
+    def _may_write(self, spec: JobSpec, index: int) -> None:
+        """Raise JobStopped unless the job still runs, unsealed, and holds its folder, and chunk
+        `index` is not recorded yet: a job found dead while a chunk was scored (its process too
+        busy to beat) must not write over the files of the job that took the folder since, and
+        a try of a chunk another try has recorded (a step tried again while its first try ran
+        on) must not write over the files that stand for it."""
         job = self.registry.get_job(spec.tenant, spec.job_id)
         holder = self.registry.output_holder(spec.tenant, job.output_uri)
-        if job.status != "RUNNING" or holder not in (None, job.id):  # None: a job from before holds
-            raise JobStopped(job.status)
+        if (stopped := _stopped(job)) is not None or holder not in (None, job.id):  # None: a job from before holds
+            raise JobStopped(stopped or job.status)
+        if self.registry.get_chunk(spec.tenant, spec.job_id, index) is not None:
+            raise JobStopped("RECORDED")
 
     def _folder_is_its(self, job: BatchJob) -> bool:
         """No other job writes the job's output folder now, nor has finished there since: the

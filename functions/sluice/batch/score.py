@@ -168,6 +168,8 @@ class ChunkScorer:
                 if uri is None:
                     self.files.delete(at)  # nothing there: nothing done
             if publishing is not None:  # what it published, for Finalize to find a key on two rows
+                if before_writing is not None:  # asked again: the uploads above may have taken long
+                    before_writing()
                 keys, keys_at = publishing.keys(), keys_uri(spec.output_uri, chunk.index)
                 if keys is None:
                     self.files.delete(keys_at)

@@ -32,6 +32,7 @@ from); how records are cut into calls (runs, halves, runs of one case) is `selec
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +62,7 @@ from sluice.inference.selections import (
     runs_of,
 )
 from sluice.observability import get_logger
-from sluice.stats.held import CALL, discard
+from sluice.stats.held import CALL, Splittable, discard
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -281,54 +282,86 @@ class _Bulk:
             arrays = {name: array[at, ...] if name in self.scalars else array[rows] for name, array in self.arrays.items()}
         else:
             arrays = self.arrays if whole else {name: array[rows] for name, array in self.arrays.items()}
-        prediction = None
         self.out.calls += 1
+        # A call of several records is split should it be refused: what it counts waits for
+        # its outcome, and is dropped if it is split (its parts count: `Splittable`).
+        counting = Splittable() if count_of(chosen) > 1 else None
+        answered: list[tuple[Prediction, Any]] = []  # the prediction and its statistics' tag, once made
         try:
-            if isinstance(self.target, str):
-                ids = None if self.ids is None else self.ids[chosen] if isinstance(chosen, slice) else [self.ids[i] for i in chosen.tolist()]
-                request = PredictionRequest(
-                    self.target, ArrayInputs(arrays), variant=variant, routing_key=key, mirrors=self.mirrors, record_ids=ids, record_offsets=offsets,
-                    revision=self.revision,
-                )  # fmt: skip
-                tag = (ids, offsets)
-                token = CALL.set(tag) if ids is not None else None  # what its statistics are counted for
-                try:
-                    prediction = await self.predictions.predict(self.principal, request)
-                finally:
-                    if token is not None:
-                        CALL.reset(token)
-                answer = prediction.answer
+            if counting is not None:
+                with counting:
+                    answer = await self._answer(chosen, arrays, variant, key, offsets, taken, answered)
             else:
-                budget = self.predictions.settings.request_timeout_s
-                try:
-                    answer = await self.predictions.run_node(self.principal.tenant, self.target, arrays, budget_s=budget)
-                except TimeoutError:
-                    raise DeadlineExceeded(f"no answer within {budget:g} s") from None
-            shared = as_rows(answer.result)  # shared out by record below: a scalar answer is one row
-            for name, array in shared.outputs.items():  # one row each asked for
-                if array.shape[0] != taken:
-                    raise ModelFailed(f"output '{name}' has {array.shape[0]} rows for {taken} asked")  # again if tried again
-            if shared is not answer.result:  # the answer as the call gave it stays as it is (a cache may hold it)
-                answer = replace(answer, result=shared)
+                answer = await self._answer(chosen, arrays, variant, key, offsets, taken, answered)
+        except asyncio.CancelledError:  # stopped (the stream's time is up): what it counted stands
+            if counting is not None:
+                counting.settle()
+            raise
         except Exception as exc:  # sorted below: refused (bisect), or retried; never lost
-            if prediction is not None:  # answered, and the answer thrown away: its statistics with it
-                discard(tag)
             retry = _retryable(exc)
             if not isinstance(exc, SluiceError):
                 get_logger().warning("bulk call failed unexpectedly", exc_info=True, extra={"records": count_of(chosen)})
-            if not retry and count_of(chosen) > 1:
+                if isinstance(self.target, str):  # a failed request all the same (`predict` counts only its own errors)
+                    await self.predictions.outcomes.failed(self.principal.tenant, self.target, exc)
+            if not retry and counting is not None:
+                counting.split()
                 for part in by_case(exc, chosen, offsets) or halves(chosen):
                     await self.call(part, variant, key)
                 return
+            if answered and counting is not None:  # answered, and the answer thrown away: its statistics with it
+                counting.split()
+            elif answered:
+                discard(answered[0][1])
+            if counting is not None:
+                counting.settle()
             error = Error(chosen, exc, retry)
             self.out._error(error, count_of(chosen))
             if retry and self.stop_on_retry:
                 self.stopped = error
             return
+        if counting is not None:
+            counting.settle()
+        prediction = answered[0][0] if answered else None
         result = Result(answer, prediction, chosen, rows, offsets)
         self.out._result(result, taken if offsets is None else len(offsets) - 1)
         if self.on_result is not None:
             self.on_result(result)
+
+
+    async def _answer(
+        self, chosen: Selection, arrays: dict[str, np.ndarray], variant: str | None, key: str | None, offsets: Any, taken: int,
+        answered: list[tuple[Prediction, Any]],
+    ) -> Answer:  # fmt: skip
+        """The call's answer, one row for each row asked; `answered` gets the prediction (and
+        what its statistics are counted for) as soon as it is made."""
+        if isinstance(self.target, str):
+            ids = None if self.ids is None else self.ids[chosen] if isinstance(chosen, slice) else [self.ids[i] for i in chosen.tolist()]
+            request = PredictionRequest(
+                self.target, ArrayInputs(arrays), variant=variant, routing_key=key, mirrors=self.mirrors, record_ids=ids, record_offsets=offsets,
+                revision=self.revision,
+            )  # fmt: skip
+            tag = (ids, offsets)
+            token = CALL.set(tag) if ids is not None else None  # what its statistics are counted for
+            try:
+                prediction = await self.predictions.predict(self.principal, request)
+            finally:
+                if token is not None:
+                    CALL.reset(token)
+            answered.append((prediction, tag))
+            answer = prediction.answer
+        else:
+            budget = self.predictions.settings.request_timeout_s
+            try:
+                answer = await self.predictions.run_node(self.principal.tenant, self.target, arrays, budget_s=budget)
+            except TimeoutError:
+                raise DeadlineExceeded(f"no answer within {budget:g} s") from None
+        shared = as_rows(answer.result)  # shared out by record below: a scalar answer is one row
+        for name, array in shared.outputs.items():  # one row each asked for
+            if array.shape[0] != taken:
+                raise ModelFailed(f"output '{name}' has {array.shape[0]} rows for {taken} asked")  # again if tried again
+        if shared is not answer.result:  # the answer as the call gave it stays as it is (a cache may hold it)
+            answer = replace(answer, result=shared)
+        return answer
 
 
 def _retryable(exc: Exception) -> bool:

@@ -26,7 +26,9 @@ caller wrote, so a scan of made-up names makes no new series.
 Batch jobs score through `predict` with `BatchTelemetry` (`counts_requests` false): their
 calls are not requests, so only runtime failures reach the statistics, as before, and their
 chunks are what Prometheus counts. Streams score with the service's own telemetry: each call is
-a request, its answer counted once its records' outputs stand (`sluice.stats.held`).
+a request, its answer counted once its records' outputs stand (`sluice.stats.held`); a call the
+bulk call splits because it was refused counts nothing, its parts do (`Splittable`), so a
+refused record is one failed request however many halvings found it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain.errors import Accepted, NotFound, Overloaded, RateLimited, SluiceError
+from sluice.stats.held import CALL, FAILURE, HELD
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -174,6 +177,13 @@ class Outcomes:
         self, tenant: str, dep: Deployment | None, status: int, code: str, fields: dict[str, Any] | None, *, stats: bool = True, refused: bool = False
     ) -> None:
         line = {**(fields or {}), "tenant": tenant, "deployment": dep.name if dep is not None else ""}
-        self.telemetry.failure(fields=line, status=status, code=code, refused=refused)
+        held = HELD.get()
+        if held is not None:  # with the call's statistics (`sluice.stats.held`): a failure counted at once, unless its call is split
+            held.append((self, CALL.get(), FAILURE, (line, status, code, refused)))
+        else:
+            self._failure(line, status, code, refused)
         if dep is not None and stats:
             self.stats.request((dep.tenant, dep.name, dep.revision, "deployment"), 0.0, ok=False, invalid=refused_input(code))
+
+    def _failure(self, line: dict[str, Any], status: int, code: str, refused: bool) -> None:
+        self.telemetry.failure(fields=line, status=status, code=code, refused=refused)

@@ -45,10 +45,10 @@ class PrecomputedReader:
     """The store, each table's publication kept briefly (a miss too), and the answers read kept
     (at most `answers_kept` of them and `answers_kept_bytes` of their rows, by tenant, table,
     generation and entity): a published generation's answers do not change (a job writes its
-    own generation, and publishes it once written; a try of its chunk still running after the
-    job ended is refused before each piece it would write, `BatchScorer.score`'s
-    `before_writing`, though a piece it began writing before Finalize published may still land:
-    its job's answers all the same), so a kept answer is one its job wrote, served until its own
+    own generation, and publishes it once written; a try of its chunk is refused before each
+    piece it would write once another try recorded the chunk or Finalize sealed the job,
+    `BatchRunner._may_write`, though a piece it began writing before both may still land: its
+    job's answers all the same), so a kept answer is one its job wrote, served until its own
     expiry; an entity the store does not hold is asked again each time (a later job's generation
     may). Reads go to a thread
     (DynamoDB: a network call), or run inline where the store says they never wait (SQLite in

@@ -45,6 +45,7 @@ from sluice.inline import timeout
 from sluice.millis import ms3
 from sluice.observability import get_logger
 from sluice.settings import in_lambda
+from sluice.stats.held import CALL, HELD, LINE
 from sluice.stats.recorder import StatsRecorder
 from sluice.validation import check_inputs
 
@@ -192,8 +193,11 @@ class PredictionService:
         elif answer.source is not None:  # a precomputed node's rows, by where they came from
             precomputed = answer.source.count("precomputed") if isinstance(answer.source, list) else rows * (answer.source == "precomputed")
             sources = (precomputed, rows - precomputed)
-        if not self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=cached, sources=sources, looked=call.looked or (), sessions=call.sessions):
-            self._unreported(call)
+        held = HELD.get()
+        if held is not None:  # a stream's, or a bulk call's: written once the answer stands, with its statistics (`sluice.stats.held`)
+            held.append((self, CALL.get(), LINE, (fields, latency_ms, rows, cached, sources, call)))
+        else:
+            self._line(fields, latency_ms, rows, cached, sources, call)
         if call.mirrors and self.mirror is not None:
             await self._hand_off(call, latency_ms)
         if dep.capture is not None and self.capture is not None:  # sampled and queued, never waited on
@@ -202,6 +206,11 @@ class PredictionService:
             else:
                 self.capture.offer_records(dep, request.record_ids, request.record_offsets, answer, arrays, latency_ms, signature.inputs)
         return Prediction(resolved, answer, latency_ms, len(call.mirrors), batch=_as_batch(request))
+
+    def _line(self, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None, sources: tuple[int, int] | None, call: Call) -> None:
+        """The answered request's line and metrics (`Telemetry.prediction`)."""
+        if not self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=cached, sources=sources, looked=call.looked or (), sessions=call.sessions):
+            self._unreported(call)
 
     def _runtime_failed(self, dep: Deployment, fields: dict[str, Any], error: SluiceError, call: Call) -> None:
         """A failure of the run itself: counted for batch jobs' calls too, as it always was."""

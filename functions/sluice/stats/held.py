@@ -1,5 +1,5 @@
-"""A stream's answers are counted in the statistics once they stand (`sluice.stream.run.process`),
-as they are captured: the counts made while a micro-batch is scored wait in `HELD`, each with
+"""A stream's answers are counted in the statistics, and their lines and metrics written, once
+they stand (`sluice.stream.run.process`), as they are captured: the counts made while a micro-batch is scored wait in `HELD`, each with
 the records of the call that made it (`CALL`, set by the bulk call). An answer whose records will
 be delivered and scored again (held behind an earlier record of its partition, refused by the
 destination, a user record of a KPL aggregate retried whole) is not counted now: it is when they
@@ -26,6 +26,8 @@ HELD: ContextVar[list[Held] | None] = ContextVar("sluice_stats_held", default=No
 # The records of the call being made: (their ids, each a `RecordAt`; where each one's rows
 # start and the last ends, or None for a row each), as the prediction request carries them.
 CALL: ContextVar[tuple[Sequence[Any], Any] | None] = ContextVar("sluice_stats_call", default=None)
+FAILURE = "_failure"  # a held failure's metrics (`Outcomes.failed_as`): counted at once, as its call's failed request
+LINE = "_line"  # a held answer's line and metrics (`PredictionService._line`): written whole once any of its records' answers stand
 
 
 def count_held(held: list[Held], kept: Sequence[bool]) -> None:
@@ -38,10 +40,10 @@ def count_held(held: list[Held], kept: Sequence[bool]) -> None:
     # failed, those before it) are the failure's too, counted with it.
     failed = {id(call) for _, call, method, args in held if call is not None and method == "request" and not args[2]}  # (key, latency_ms, ok, ...)
     for recorder, call, method, args in held:
-        share = 1.0 if call is None or id(call) in failed else _share(call, kept)
+        share = 1.0 if call is None or id(call) in failed or method == FAILURE else _share(call, kept)
         if share == 0.0:
             continue
-        if share == 1.0 or method == "requests":
+        if share == 1.0 or method not in ("request", "add"):
             getattr(recorder, method)(*args)
         elif method == "request":
             key, latency_ms, ok, rows, invalid, steps = args
@@ -63,6 +65,76 @@ def _share(call: tuple[Sequence[Any], Any], kept: Sequence[bool]) -> float:
     if not total:  # a row each
         return sum(marks) / len(marks)
     return sum(int(offsets[j + 1] - offsets[j]) for j, mark in enumerate(marks) if mark) / total
+
+
+class _Scope(list):  # type: ignore[type-arg]
+    """A call's held counts. Work the call started may still count after the call has ended (an
+    ensemble's member stopped when another answered counts its steps on its way out): once the
+    call has settled, such a count goes where the call's went; once it was split, nowhere."""
+
+    __slots__ = ("outer", "state")
+
+    def __init__(self, outer: list[Held] | None) -> None:
+        super().__init__()
+        self.outer, self.state = outer, "open"
+
+    def append(self, entry: Held) -> None:  # type: ignore[override]
+        if self.state == "open":
+            super().append(entry)
+        elif self.state == "settled":
+            _pass_on(self.outer, [entry])
+
+
+def _pass_on(outer: list[Held] | None, held: list[Held]) -> None:
+    """`held` into the enclosing stream's counts, or counted now (with nothing held: a late
+    count arrives in the context of the work that made it, which holds this call's scope)."""
+    if outer is not None:
+        outer.extend(held)
+        return
+    token = HELD.set(None)
+    try:
+        for recorder, _, method, args in held:
+            getattr(recorder, method)(*args)
+    finally:
+        HELD.reset(token)
+
+
+class Splittable:
+    """Around one call of the bulk call that it will split should it be refused (a call of
+    several records, `sluice.inference.bulk`): what the call counts is held until its outcome is
+    known. Split (refused for some of its records, or its answer thrown away), it counts nothing:
+    its parts count, each as it ends, so a record refused in a call halved on the way down to it
+    is one failed request, not one per call that held it. Otherwise what it held goes on: into
+    the stream's held counts where a stream holds them, else counted now.
+
+        counting = Splittable()
+        with counting:
+            ...  # the call
+        counting.split()  # or counting.settle()"""
+
+    __slots__ = ("_held", "_token")
+
+    def __enter__(self) -> Splittable:
+        self._held = _Scope(HELD.get())
+        self._token = HELD.set(self._held)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        HELD.reset(self._token)
+
+    def split(self) -> None:
+        """What the call counted, and counts from now on, dropped: its parts count."""
+        self._held.state = "split"
+        self._held.clear()
+
+    def settle(self) -> None:
+        """What the call counted, and counts from now on, counted (or held by the stream)."""
+        held = self._held
+        if held.state != "open":
+            return
+        held.state = "settled"
+        _pass_on(held.outer, list(held))
+        held.clear()
 
 
 def discard(call: Any) -> None:

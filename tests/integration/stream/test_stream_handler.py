@@ -8,8 +8,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import hypothesis
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from sluice.routing.choose import sticky_pick
 from tests.integration.aws.conftest import REGION
@@ -1240,6 +1242,72 @@ def test_a_call_whose_answer_is_thrown_away_is_not_counted(aws: None, bind: Bind
     assert handle(kinesis_event([json.dumps({"id": f"r{i}", "features": [float(i), 1.0]}) for i in range(4)])) == {"batchItemFailures": []}
     assert len(_drain(sqs, url)) == 4
     assert _traffic(demo, acme, "total") == (4, 0, 4)
+
+
+def test_a_refused_record_in_a_bisected_call_is_one_failed_request(
+    aws: None, bind: Bind, demo: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight records in one call, the sixth refused by the model: the call is halved until that
+    record fails alone and the others answer. The failure counts once (the record's), in the
+    statistics and in the failures' metrics alike, not once per call that held it on the way
+    down: three calls answered seven records, one failed."""
+    from sluice.domain.errors import ModelFailed
+
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    runner = type(demo.stream_predictions.runner)
+    real, calls = runner.run, []
+
+    async def refusing(self: Any, node: Any, call: Any, arrays: dict[str, np.ndarray], depth: int = 0) -> Any:
+        lengths = np.round(next(iter(arrays.values()))[:, 0], 3).tolist()
+        calls.append(len(lengths))
+        if 6.5 in lengths:
+            raise ModelFailed("the model fails on this record")
+        return await real(self, node, call, arrays, depth)
+
+    monkeypatch.setattr(runner, "run", refusing)
+    telemetry = demo.stream_predictions.telemetry
+    errors_before = telemetry.errors
+    lengths = [5.0, 5.1, 5.2, 5.3, 5.4, 6.5, 5.6, 5.7]
+    bodies = [json.dumps({"id": f"tx-{n}", "features": {**SETOSA, "sepal_length": x}}) for n, x in enumerate(lengths)]
+    assert handle(sqs_event(bodies)) == {"batchItemFailures": []}  # failed for good: an error record
+    assert calls == [8, 4, 4, 2, 1, 1, 2]
+    assert {o["id"]: o.get("code") for o in _drain(sqs, url)} == {f"tx-{n}": "backend_error" if n == 5 else None for n in range(8)}
+    assert _traffic(demo, acme) == (4, 1, 7)
+    assert telemetry.errors - errors_before == 1
+
+
+@hypothesis.settings(max_examples=12, deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.given(refused=st.lists(st.booleans(), min_size=1, max_size=16))
+def test_however_refused_records_fall_each_counts_once(
+    aws: None, bind: Bind, demo: Container, acme: Principal, refused: list[bool]
+) -> None:
+    """Whichever of a micro-batch's records the model refuses: one failed request each, and one
+    answered request for each call that answered (the statistics and the failures' metrics)."""
+    from sluice.domain.errors import ModelFailed
+
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    runner = type(demo.stream_predictions.runner)
+    real, answered = runner.run, []
+    bad = {4.0 + n / 8 for n, no in enumerate(refused) if no}  # exact in FP32
+
+    async def refusing(self: Any, node: Any, call: Any, arrays: dict[str, np.ndarray], depth: int = 0) -> Any:
+        if bad & set(next(iter(arrays.values()))[:, 0].tolist()):
+            raise ModelFailed("the model fails on this record")
+        answered.append(1)
+        return await real(self, node, call, arrays, depth)
+
+    telemetry = demo.stream_predictions.telemetry
+    before, errors_before = _traffic(demo, acme), telemetry.errors
+    bodies = [json.dumps({"id": f"tx-{n}", "features": {**SETOSA, "sepal_length": 4.0 + n / 8}}) for n in range(len(refused))]
+    with pytest.MonkeyPatch.context() as patched:  # each example's own (the fixture's outlives them)
+        patched.setattr(runner, "run", refusing)
+        assert handle(sqs_event(bodies)) == {"batchItemFailures": []}
+    assert len(_drain(sqs, url)) == len(refused)
+    requests, errors, rows = (a - b for a, b in zip(_traffic(demo, acme), before, strict=True))
+    assert (requests, errors, rows) == (len(answered) + sum(refused), sum(refused), len(refused) - sum(refused))
+    assert telemetry.errors - errors_before == sum(refused)
 
 
 SHADOWED = {
