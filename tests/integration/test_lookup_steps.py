@@ -307,6 +307,9 @@ def test_a_features_file_every_tenant_opens_gives_each_tenant_its_listed_tables_
         (lambda p: p["steps"][0]["target"].pop("inputs"), "policy.steps.0.target.inputs", "declares the inputs"),
         (lambda p: p["steps"][1]["target"]["ops"][0].update(inputs=["amount", "avg_amount", "churn"]), "policy.steps.1.target.ops.0.inputs.2", "churn"),
         (lambda p: p.update(steps=[p["steps"][0], {"name": "score", "target": {"model": "score", "version": 1}}]), "policy.steps.1", "features"),
+        (lambda p: p["steps"][0]["target"].update(max_age_s=True), "policy.steps.0.target.max_age_s", "number"),  # not 1 s
+        (lambda p: p["steps"][0]["target"].update(cache_ttl_s=True), "policy.steps.0.target.cache_ttl_s", "number"),
+        (lambda p: p.update(steps=[{"name": "customer", "target": {"kind": "precomputed", "table": "t", "key": "routing_key", "max_age_s": True, "live": p["steps"][2]["target"]}}]), "policy.steps.0.target.max_age_s", "number"),
     ],
 )
 def test_refusals_when_saved_name_the_field(world: World, change: Any, field: str, words: str) -> None:
@@ -494,3 +497,27 @@ def test_any_batch_is_looked_up_as_by_hand(world: World, rows: list[tuple[str, f
     r = world.predict(name, rows)
     assert r.status_code == 200, r.text
     assert [p["prediction"] for p in r.json()["predictions"]] == pytest.approx(by_hand(rows, ACME), rel=1e-6)
+
+
+def test_a_precomputed_nodes_live_rows_refused_are_named_as_the_requests_rows(world: World) -> None:
+    """Stored answers for c1 and c2; the third row's key (1.5) is refused by the live lookup
+    graph, which ran on the live rows alone: the refusal names row 2 of the request, as the
+    graph alone would, not row 0 of the rows run live."""
+    from sluice.codecs.stored_rows import encode_rows
+    from sluice.registry.precomputed import Publication
+
+    assert world.save("fraud", fraud(default=False)).status_code in (200, 201)
+    assert world.save("pre", {"kind": "precomputed", "table": "fraud-answers", "key": "inputs.customer", "live": fraud(default=False)}).status_code in (200, 201)
+    known = world.predict("fraud", [("c1", 1.0), ("c2", 2.0)])
+    assert known.status_code == 200, known.text
+    store, now = world.container.precomputed, time.time()
+    assert store is not None
+    stored = [s.to_dict() for s in world.container.registry.get_version("acme", "fraud", 1).signature.outputs]
+    outputs = {stored[0]["name"]: np.asarray([[p["prediction"]] for p in known.json()["predictions"]], np.float32)}
+    store.put_answers("acme", "fraud-answers", "g1", list(zip(["c1", "c2"], encode_rows(outputs, 2), strict=True)), computed_at=now, expires_at=now + 600)
+    store.publish("acme", "fraud-answers", Publication("g1", "job-1", "fraud", stored, published_at=now), expires_at=now + 600)
+    alone = world.predict("fraud", [("c1", 1.0), ("c2", 2.0), (1.5, 3.0)]).json()  # type: ignore[list-item]
+    mixed = world.predict("pre", [("c1", 1.0), ("c2", 2.0), (1.5, 3.0)])  # type: ignore[list-item]
+    assert mixed.status_code == 400, mixed.text
+    assert mixed.json()["error"] == alone["error"] and "row 2 is float '1.5'" in alone["error"]
+    assert mixed.json()["details"]["row"] == 2

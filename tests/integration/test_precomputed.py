@@ -211,6 +211,28 @@ def test_rows_of_one_request_mix_stored_and_live_answers_in_order(demo: Containe
     assert (sources["precomputed"]["rows"], sources["live"]["rows"], sources["live"]["stale"]) == (2, 2, 1)
 
 
+def test_an_id_the_inputs_float_type_cannot_hold_exactly_is_answered_live(demo: Container, acme: Principal) -> None:
+    """Keyed by an FP32 column: 16,777,217 arrives as 16,777,216 (the input's type rounds it),
+    so it would read as that entity and be answered its stored answer; such a row, or a
+    fraction, has no entity (answered live), while a whole number the type holds exactly is
+    served."""
+    rows = np.zeros((4, 10), np.float32)
+    rows[:, 0] = [16_777_215, 16_777_217, 2.5, -7]
+    demo.deployments.create(acme, "by-age", {**RECS, "key": "inputs.input", "column": "age"})
+    live = predict(demo, acme, "diabetes", rows).result.outputs["variable"]
+    store = demo.precomputed
+    assert store is not None
+    now = time.time()
+    stored = {entity: encode_rows({"variable": np.full((1, 1), value, np.float32)}, 1)[0] for entity, value in (("16777215", 1.0), ("16777216", 2.0), ("2.5", 3.0), ("-7", 4.0))}
+    store.put_answers("acme", "recs", "g1", list(stored.items()), computed_at=now, expires_at=now + 60)
+    outputs = [{"name": "variable", "datatype": "FP32", "shape": [-1, 1]}]
+    store.publish("acme", "recs", Publication("g1", "job-1", "diabetes", outputs, published_at=now), expires_at=now + 60)
+
+    answer = predict(demo, acme, "by-age", rows).answer
+    assert answer.source == ["precomputed", "live", "live", "precomputed"]
+    np.testing.assert_allclose(answer.result.outputs["variable"][:, 0], [1.0, live[1, 0], live[2, 0], 4.0], rtol=1e-6)
+
+
 def test_a_table_that_does_not_fit_the_live_node_is_refused_when_saved(demo: Container, acme: Principal) -> None:
     store = demo.precomputed
     assert store is not None

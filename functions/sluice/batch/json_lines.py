@@ -15,6 +15,7 @@ from sluice.batch.records import CARRIAGE
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.json_text import PARSER_DEPTH, NestedTooDeep, loads, too_deep
 from sluice.codecs.lines import names_twice
+from sluice.domain.precomputed import MAX_ENTITY_BYTES
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -53,7 +54,7 @@ def read_json_lines(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed]
         if table is not None and table.num_rows == n and _keys_as_text(table, keys):
             table = _with_keys_as_text(table, keys, n).select(columns)
             return Piece(table, records.numbers, records=records)
-    return _jsonl_by_line(owned, chunk, schema, feeds)
+    return _jsonl_by_line(owned, chunk, schema, feeds, spec.publish.key if spec.publish is not None else None)
 
 
 OPEN, CLOSE = ord("{"), ord("}")
@@ -137,9 +138,10 @@ def _with_keys_as_text(table: pa.Table, keys: set[str], rows: int) -> pa.Table:
 JSON_SPACE = b" \t\r"  # what JSON calls whitespace, less the line end (never inside a line)
 
 
-def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Feed]) -> Piece:
+def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Feed], entity: str | None = None) -> Piece:
     """The slow path, for chunks with a line that is blank, not JSON, or holds a value of the
-    wrong type: each line on its own, so one bad line costs one row."""
+    wrong type: each line on its own, so one bad line costs one row. `entity`: the column a
+    job publishes by (`publish.key`), a whole number of which is read as the integer it is."""
     import orjson
     import pyarrow as pa
 
@@ -194,7 +196,8 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
                 elif f.name in numeric and isinstance(value, int) and pa.types.is_floating(f.type):
                     value = float(value)  # pyarrow refuses a whole number beyond 2**53 as a float
                 elif pa.types.is_string(f.type) and isinstance(value, int | float) and not isinstance(value, bool) and f.name not in numeric:
-                    value = str(value) if isinstance(value, int) else _as_written(line, f.name)  # a key (or text input) written as a number
+                    # a key (or text input) written as a number: as written; the entity's whole number as an integer (`7.0` is `7`)
+                    value = str(value) if isinstance(value, int) else _whole(_as_written(line, f.name)) if f.name == entity else _as_written(line, f.name)
                 elif f.name not in features and value is not None and not isinstance(value, str):
                     value = orjson.dumps(value).decode()  # a key written as true/false, a list or an object: its JSON
                 elif value is not None and not _fits(value, f.type):
@@ -218,6 +221,17 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
 STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a JSON string, or an opening or closing bracket
 NAME_END = re.compile(rb"[ \t\r]*:[ \t\r]*")
 NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+def _whole(written: str) -> str:
+    """A key written as a number: a whole number as the integer it is (`7.0`, `7e0` and `7` are
+    one entity, as `entity_of` reads a number; exactly, however many digits), any other as written."""
+    from decimal import Decimal
+
+    number = Decimal(written)
+    if number.adjusted() >= MAX_ENTITY_BYTES or number != number.to_integral_value():
+        return written  # a fraction; or more digits than any entity has (never spelled out)
+    return str(int(number))
 
 
 def _as_written(line: bytes, name: str) -> str:

@@ -45,6 +45,26 @@ class InvalidInput(BadRequest):
     code = "invalid_input"
 
 
+class RowInvalid(InvalidInput):
+    """An input refused at one of its rows (`row`, counted from the first row of what was run):
+    `at` says it of another row, where what was run is a part of the request's rows (a
+    precomputed node's live rows), so the message names the request's own row."""
+
+    def __init__(self, before: str, row: int, after: str, *, field: str | None = None) -> None:
+        super().__init__(f"{before}row {row}{after}", field=field, row=row)
+        self.before, self.row, self.after = before, row, after
+
+    def at(self, row: int) -> RowInvalid:
+        """The same refusal of `row`, with what was said of it since (a step's name before it)."""
+        moved = RowInvalid(self.before, row, self.after, field=self.field)
+        said, now = f"{self.before}row {self.row}{self.after}", f"{self.before}row {row}{self.after}"
+        at = self.message.rfind(said)
+        moved.message = self.message if at < 0 else self.message[:at] + now + self.message[at + len(said) :]
+        moved.args = (moved.message,)
+        moved.details = {**self.details, "row": row}
+        return moved
+
+
 class NotFinite(InvalidInput):
     """An input of floats holds NaN or an infinity (the caller's, unless a step before made it)."""
 

@@ -110,10 +110,10 @@ class Lookup(Part):
     keys: dict[Attribute, Name] = Field(min_length=1, max_length=2, description="{the store's key: the input tensor holding it, one a row}.")
     features: list[FeatureSpec] = Field(min_length=1, max_length=MAX_FEATURES)
     inputs: list[InputSpec] | None = Field(None, min_length=1, max_length=256, description="What a caller sends: a sequence's first step only.")
-    max_age_s: float | None = Field(None, gt=0, le=MAX_AGE_S, allow_inf_nan=False, description="Older records count as missing.")
+    max_age_s: StrictFloat | None = Field(None, gt=0, le=MAX_AGE_S, allow_inf_nan=False, description="Older records count as missing.")
     event_time: Attribute = Field("event_time", description="The record's event-time attribute (feature) in the store; Feast's own event times for `feast`.")
     event_time_output: Name | None = Field(None, description="A tensor of each row's event time (FP64 epoch seconds, NaN: none).")
-    cache_ttl_s: float | None = Field(
+    cache_ttl_s: StrictFloat | None = Field(
         None, ge=0, le=MAX_CACHE_TTL_S, allow_inf_nan=False,
         description="Seconds values read are kept for later requests and chunks (never past max_age_s); 0: never; none: the operator's default.",
     )  # fmt: skip

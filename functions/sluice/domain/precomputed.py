@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, StrictInt, field_validator
+from pydantic import Field, StrictFloat, StrictInt, field_validator
 
 from sluice.domain.parts import Part, ReadsRequest
 
@@ -48,7 +48,7 @@ class Precomputed(ReadsRequest, Part):
     column: Annotated[StrictInt, Field(ge=0)] | Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
         None, description="inputs only: a column of the input's last axis, by index or feature name (true, 1.0: neither)."
     )
-    max_age_s: float = Field(86400.0, gt=0, le=MAX_AGE_S, allow_inf_nan=False, description="Stored answers older than this are answered live.")
+    max_age_s: StrictFloat = Field(86400.0, gt=0, le=MAX_AGE_S, allow_inf_nan=False, description="Stored answers older than this are answered live.")
     live: Node = Field(description="The node that answers the rows the table does not (any node: a model, a sequence).")
 
     @field_validator("key")

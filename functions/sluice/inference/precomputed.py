@@ -24,7 +24,7 @@ import numpy as np
 
 from sluice.caching import TTLCache
 from sluice.codecs.stored_rows import decode_rows
-from sluice.domain.errors import Unavailable
+from sluice.domain.errors import RowInvalid, Unavailable
 from sluice.domain.policy import MAX_DEPTH, first_branch
 from sluice.domain.precomputed import entity_of, fits
 from sluice.domain.requests import header_of
@@ -218,6 +218,11 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
     feed = arrays if not hits else {k: a[misses] for k, a in arrays.items()}
     try:
         answer = await runner.run(node.live, call, feed, depth + 1)
+    except RowInvalid as exc:  # a row of the live ones: named as the request's row
+        runner.stats.request(live_key, 0.0, ok=False)
+        if not hits or not 0 <= exc.row < len(misses):
+            raise
+        raise exc.at(misses[exc.row]) from None
     except Exception:
         runner.stats.request(live_key, 0.0, ok=False)
         raise
@@ -259,7 +264,20 @@ async def _input_entities(runner: PolicyRunner, node: Precomputed, call: Call, a
         if column is None:
             return [None] * rows
     values = array.reshape(rows, -1)[:, column] if column is not None else array.reshape(rows, -1)[:, 0]
+    if values.dtype.kind == "f":
+        return _float_entities(values)
     return [entity_of(v) for v in values.tolist()]
+
+
+def _float_entities(values: np.ndarray) -> list[str | None]:
+    """The entities of a floating input's values, as the model's input type holds them: a whole
+    number below the type's exact-integer bound (FP16 2,048; FP32 16,777,216; FP64 2^53), or
+    none (answered live). Past that bound, or with a fraction, the input may have been
+    rounded to its type (16,777,217 arrives as FP32 16,777,216): two ids would then read as one,
+    and a row be answered another entity's stored answer."""
+    bound = float(2 ** (np.finfo(values.dtype).nmant + 1))
+    exact = np.isfinite(values) & (np.abs(values) < bound) & (values == np.trunc(values))
+    return [entity_of(int(v)) if ok else None for v, ok in zip(values.tolist(), exact.tolist(), strict=True)]
 
 
 def _known_signature(runner: PolicyRunner, node: Node, tenant: str) -> tuple[Signature, ModelVersion] | None:

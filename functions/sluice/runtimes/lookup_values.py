@@ -26,7 +26,7 @@ import numpy as np
 
 from sluice.codecs.coded_text import CodedText, coded
 from sluice.codecs.datatypes import V2_TO_NUMPY
-from sluice.domain.errors import BackendError, InvalidInput, Unprocessable
+from sluice.domain.errors import BackendError, InvalidInput, RowInvalid, Unprocessable
 from sluice.domain.lookups import WHOLE, holds
 from sluice.runtimes.found import epoch_seconds
 
@@ -111,7 +111,7 @@ def _key_text(value: Any, name: str, key: str, row: int) -> str:
     elif type(value) is int or (isinstance(value, np.integer) and not isinstance(value, np.bool_)):
         return str(value)
     what = "null: no entity" if value is None else f"{type(value).__name__} {str(value)[:40]!r}, not a string"
-    raise InvalidInput(f"input '{name}' holds lookup key '{key}': row {row} is {what}", field=f"inputs.{name}")
+    raise RowInvalid(f"input '{name}' holds lookup key '{key}': ", row, f" is {what}", field=f"inputs.{name}")
 
 
 def distinct(every: np.ndarray, together: list[Any], hashes: np.ndarray | None = None) -> Entities:

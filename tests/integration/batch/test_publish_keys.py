@@ -48,3 +48,25 @@ def test_a_key_on_two_rows_fails_the_job_and_publishes_nothing(
     repeated = len({u for u in users if users.count(u) > 1})
     assert f"{repeated} value{'s' if repeated > 1 else ''} of column 'user'" in job.error
     assert (served.generation if served else None) == (before.generation if before else None)  # nothing published
+
+
+def test_a_json_lines_key_written_as_a_whole_float_is_its_integers_entity(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    """`7.0`, `7e0` and `7` are one entity (as a request's number is read): a JSON Lines key
+    written `7.0` is published as `7`, and `1e20` as its integer; `7.0` beside `7` is one
+    entity on two rows (the job fails); a fraction is kept as written."""
+    import json
+
+    from tests.integration.test_precomputed import FEATURES
+
+    def lines(name: str, users: list[object]) -> Path:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"user": u, **dict.fromkeys(FEATURES, 0.01 * i)}) + "\n" for i, u in enumerate(users, 1)))
+        return path
+
+    job = run_job(batch, acme, lines("whole.jsonl", [7.0, 1e20, 2.5, 9]), deployment="diabetes", publish=PUBLISH)
+    assert job.status == "SUCCEEDED", job.error
+    store = batch.precomputed
+    found = store.get_answers("acme", "recs", job.id, ["7", "7.0", "100000000000000000000", "1e+20", "2.5", "9"], now=time.time())
+    assert sorted(found) == ["100000000000000000000", "2.5", "7", "9"]
+    twice = run_job(batch, acme, lines("twice.jsonl", [7.0, 7]), deployment="diabetes", publish=PUBLISH, output_uri=str(tmp_path / "twice-out"))
+    assert twice.status == "FAILED" and "publish.key: 1 value of column 'user'" in (twice.error or ""), twice.error
