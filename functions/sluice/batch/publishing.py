@@ -82,8 +82,11 @@ class Publishing:
         reasons[missing] = f"publish key column '{self.key}' is empty on this row, a list or an object, not UTF-8 text, or longer than {MAX_ENTITY_BYTES} bytes (UTF-8): it cannot be published"
         return found
 
-    def collect(self, entities: np.ndarray, answer: Answer) -> list[tuple[str, bytes]]:
-        """The rows of one call as the table stores them; the first call says what they hold."""
+    def collect(self, entities: np.ndarray, answer: Answer) -> list[tuple[str, bytes, float | None]]:
+        """The rows of one call as the table stores them, each with when it was computed where
+        it is a stored answer (a deployment with a `precomputed` node: published again, it keeps
+        its own time, so `max_age_s` still ages it; None: computed now); the first call says
+        what they hold."""
         rows = len(entities)
         if not self._described:
             with self._lock:
@@ -94,19 +97,23 @@ class Publishing:
                         classes={k: list(v) for k, v in answer.result.classes.items()},
                     )  # fmt: skip
                 self._described = True
-        return list(zip(entities.tolist(), encode_rows(answer.result.outputs, rows), strict=True))
+        return list(zip(entities.tolist(), encode_rows(answer.result.outputs, rows), _stored_times(answer, rows), strict=True))
 
-    def write(self, rows: list[tuple[str, bytes]], numbers: list[np.ndarray]) -> None:
+    def write(self, rows: list[tuple[str, bytes, float | None]], numbers: list[np.ndarray]) -> None:
         """Write one piece's rows; `numbers`: their rows in the input, in the same order, for `keys`."""
         if not rows:
             return
         kept = np.empty(len(rows), dtype=KEYS)
-        kept["key"] = key_digests([entity for entity, _ in rows])
+        kept["key"] = key_digests([entity for entity, _, _ in rows])
         kept["row"] = np.concatenate(numbers)
         self._keys.append(kept)
         at = time.time()
         t, spec = self.target, self.spec
-        self.store.put_answers(spec.tenant, t.table, spec.job_id, rows, computed_at=at, expires_at=at + t.ttl_s)
+        by_time: dict[float, list[tuple[str, bytes]]] = {}
+        for entity, body, computed_at in rows:
+            by_time.setdefault(at if computed_at is None else computed_at, []).append((entity, body))
+        for computed_at, some in by_time.items():
+            self.store.put_answers(spec.tenant, t.table, spec.job_id, some, computed_at=computed_at, expires_at=at + t.ttl_s)
         if self.described is not None:
             self.store.describe(spec.tenant, t.table, self.described, expires_at=at + t.ttl_s)
             self.described = None  # once a chunk
@@ -119,6 +126,17 @@ class Publishing:
         out = io.BytesIO()
         np.save(out, np.concatenate(self._keys), allow_pickle=False)
         return out.getvalue()
+
+
+def _stored_times(answer: Answer, rows: int) -> list[float | None]:
+    """When each row of an answer was computed, where it was read from a table of precomputed
+    answers (`Answer.computed_at`); None for a row computed now."""
+    times = answer.computed_at
+    if answer.source is None or times is None:
+        return [None] * rows
+    if isinstance(times, list):
+        return [None if t is None else float(t) for t in times]
+    return [float(times) if answer.source == "precomputed" else None] * rows
 
 
 # A chunk's published keys (`Publishing.keys`), beside its part in the job's folder (a name

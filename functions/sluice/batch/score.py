@@ -298,7 +298,7 @@ class _Scored:
         self,
         parts: list[tuple[pa.Table, str | list[str]]],
         failed: list[tuple[slice | np.ndarray, str]],
-        published: list[tuple[str, bytes]],
+        published: list[tuple[str, bytes, float | None]],
     ) -> None:
         self.parts, self.failed, self.published = parts, failed, published
         self.numbers: list[np.ndarray] = []  # the published rows' rows in the input, in order
@@ -342,7 +342,7 @@ def _finish_piece(
     names it, in an `object` column and in its error record)."""
 
     reasons = scoring.reasons
-    published: list[tuple[str, bytes]] = []
+    published: list[tuple[str, bytes, float | None]] = []
     numbers: list[np.ndarray] = []
     for share in scoring.shares:
         scored = share.result() if isinstance(share, Future) else share
