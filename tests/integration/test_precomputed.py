@@ -269,6 +269,8 @@ def test_a_publication_that_stops_fitting_the_live_node_is_answered_live_until_o
             else:
                 assert got.source == "precomputed"
                 np.testing.assert_allclose(got.result.outputs["variable"], answer["variable"], rtol=1e-6)
+    sources = recs.deployments.stats(acme, "recs")["sources"]  # the two unfit reads: the table's errors, their rows not missing
+    assert (sources["precomputed"]["errors"], sources["live"]["unfit"], sources["live"]["missing"]) == (2, 2, 1)  # 1: before any publication
     reader = recs.predictions.runner.precomputed
     assert reader is not None
     specs, version = reader.store.publication("acme", "recs", now=time.time()), recs.registry.get_version("acme", "diabetes", 1)

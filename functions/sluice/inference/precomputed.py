@@ -179,10 +179,12 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
             get_logger().warning("precomputed table unreadable: answering live", extra={"table": node.table, "error": str(exc)[:200]})
             runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), 0.0, ok=False)
             publication, stored = None, {}
+    unfit = 0  # rows the table holds answers for that do not fit the live node (answered live)
     signature, version = (_known_signature(runner, node.live, call.tenant) or await _live_signature(runner, node.live, call.tenant)) if publication is not None else (None, None)
     if publication is not None and signature is not None and reader is not None and reader.misfit(specs, signature.outputs) is not None:
         get_logger().warning("precomputed table does not fit its live node: answering live", extra={"table": node.table})
-        stored = {}
+        runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), 0.0, ok=False)  # as a table unread
+        stored, unfit = {}, rows  # its rows are not missing from the table: it cannot serve them
     at: list[int] = []  # the rows answered from the table, in order
     stale = 0
     if stored:
@@ -227,7 +229,7 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
         runner.stats.request(live_key, 0.0, ok=False)
         raise
     runner.stats.request(live_key, (time.perf_counter() - started) * 1000, ok=True, rows=len(misses))
-    runner.stats.add(live_key, {"stale": stale, "missing": len(misses) - stale})
+    runner.stats.add(live_key, {"stale": stale, "unfit": unfit, "missing": len(misses) - stale - unfit} if unfit else {"stale": stale, "missing": len(misses) - stale})
     if not hits:
         answer.source = "live"
         return answer

@@ -40,7 +40,7 @@ def deployment_stats(name: str, revision: int, counters: Mapping[str, Mapping[st
         elif kind == "step":  # a cached lookup's rows answered from its feature cache, and those read
             graph["steps"][label] = {**traffic(c), **_cache(c)}
         elif kind == "source":  # a precomputed node's rows, by where their answers came from
-            sources[label] = {**traffic(c), "rows": int(c.get("rows", 0)), **{k: int(c[k]) for k in ("stale", "missing") if k in c}}
+            sources[label] = {**traffic(c), "rows": int(c.get("rows", 0)), **{k: int(c[k]) for k in ("stale", "missing", "unfit") if k in c}}
     if any(graph.values()):  # in the policy's order: a sequence's steps as they run
         order: dict[str, int] = {}
         for subject in _graph_subjects(policy):
