@@ -481,3 +481,34 @@ def test_an_unexpected_failure_of_a_streams_call_is_a_failed_request(demo: Conta
     demo.predictions.stats.flush()
     overall = demo.deployments.stats(acme, "iris")["overall"]
     assert (overall["requests"], overall["errors"], telemetry.errors - errors) == (1, 1, 1)
+
+
+def test_a_streams_answers_lines_are_written_as_their_statistics_count_them(demo: Container, acme: Principal) -> None:
+    """In a stream, an answer's line and metrics wait with its statistics: a call whose records
+    will come again writes neither (a computed answer or a prediction cache hit alike); one whose
+    records' answers stand writes both, once."""
+    from sluice.capture.held import RecordAt
+    from sluice.stats import held
+
+    demo.deployments.create(acme, "cached", single("iris", 1), cache={"ttl_s": 60, "max_entries": 100})
+    telemetry = demo.predictions.telemetry
+    records = Records({"input": np.asarray([[5.1, 3.5, 1.4, 0.2], [5.9, 3.0, 5.1, 1.8]], dtype=np.float32)}, ids=[RecordAt(i, f"r{i}") for i in range(2)])
+
+    def streamed(stand: bool) -> tuple[int, int]:
+        async def scored() -> None:
+            counts: list[Any] = []
+            token = held.HELD.set(counts)
+            try:
+                await score_many(demo.predictions, acme, "cached", records, max_rows=8)
+            finally:
+                held.HELD.reset(token)
+                held.count_held(counts, [stand, stand])
+
+        lines, requests = telemetry.predictions, demo.deployments.stats(acme, "cached")["overall"]["requests"]
+        run(scored())
+        demo.predictions.stats.flush()
+        return telemetry.predictions - lines, demo.deployments.stats(acme, "cached")["overall"]["requests"] - requests
+
+    assert streamed(False) == (0, 0)  # computed, its records to come again
+    assert streamed(False) == (0, 0)  # a cache hit, its records to come again
+    assert streamed(True) == (1, 1)  # a cache hit that stands

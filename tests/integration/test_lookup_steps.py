@@ -521,3 +521,16 @@ def test_a_precomputed_nodes_live_rows_refused_are_named_as_the_requests_rows(wo
     assert mixed.status_code == 400, mixed.text
     assert mixed.json()["error"] == alone["error"] and "row 2 is float '1.5'" in alone["error"]
     assert mixed.json()["details"]["row"] == 2
+
+
+def test_a_switchs_case_refusing_a_row_names_the_requests_row(world: World) -> None:
+    """A switch deciding row by row runs each case on its own rows: a row a case refuses is
+    named as the request's row (2), as the graph alone names it, not as the case's (1)."""
+    assert world.save("fraud", fraud(default=False)).status_code in (200, 201)
+    switch = {"kind": "switch", "cases": [{"name": "low", "when": {"field": "inputs.amount", "op": "<", "value": 2.5}, "target": fraud(default=False)}], "default": fraud(default=False)}
+    assert world.save("by-amount", switch).status_code in (200, 201)
+    rows = [("c1", 1.0), ("c2", 3.0), (1.5, 4.0)]
+    alone = world.predict("fraud", rows).json()  # type: ignore[arg-type]
+    switched = world.predict("by-amount", rows)  # type: ignore[arg-type]
+    assert switched.status_code == 400 and "row 2 is float '1.5'" in alone["error"]
+    assert switched.json()["error"] == alone["error"] and switched.json()["details"]["row"] == 2

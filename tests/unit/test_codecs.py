@@ -400,3 +400,40 @@ def test_json_a_reader_ran_out_of_stack_on_is_refused_naming_its_deepest_member(
         assert loads_as_python(given_text) == _python_reads(text)
     except NestedTooDeep as exc:
         assert depth > 200 and exc.field == "m"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    dtype=st.sampled_from(["int8", "uint8", "int32", "int64", "uint64"]),
+    data=st.data(),
+)
+def test_top_k_of_integers_ranks_them_in_their_own_type(dtype: str, data: st.DataObject) -> None:
+    """Triton's classification ranks scores as they are: two INT64 scores above 2**53 (equal
+    as doubles) are not tied, the least INT64 ranks last, and among equals the lower index
+    comes first. Checked against Python's own integers."""
+    from sluice.codecs.classification import classify
+
+    info = np.iinfo(dtype)
+    near = st.integers(max(info.min, info.max - 8), info.max) | st.integers(info.min, min(info.max, info.min + 8)) | st.integers(info.min, info.max)
+    width = data.draw(st.integers(1, 6))
+    row = data.draw(st.lists(near, min_size=width, max_size=width))
+    k = data.draw(st.integers(1, width + 2))
+    got = classify("y", np.asarray([row], dtype=dtype), k).tolist()[0]
+    ranked = sorted(range(width), key=lambda i: (-row[i], i))[:k]
+    assert got == [f"{row[i]}:{i}" for i in ranked]
+
+
+def test_a_row_refusal_copies_and_pickles_as_said() -> None:
+    """A refusal of a row, with what a step said of it since, survives a copy (a batch's own
+    error) and a pickle (a process pool's hop) whole, and renumbers as said."""
+    import copy
+    import pickle
+
+    from sluice.domain.errors import RowInvalid
+
+    refused = RowInvalid("input 'a' holds lookup key 'k': ", 3, " is float '1.5'", field="inputs.a")
+    refused.message, refused.details = f"step 's': {refused.message}", {**refused.details, "step": "s"}  # as a sequence names its step
+    refused.args = (refused.message,)
+    for again in (copy.copy(refused), pickle.loads(pickle.dumps(refused))):
+        assert (type(again), str(again), again.field, again.details, again.row) == (RowInvalid, str(refused), "inputs.a", {"row": 3, "step": "s"}, 3)
+    assert refused.at(7).message == "step 's': input 'a' holds lookup key 'k': row 7 is float '1.5'"

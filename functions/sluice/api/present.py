@@ -59,7 +59,7 @@ def v2_body(
                 tensor["parameters"] = {"classes": classes}
             outputs.append(tensor)
     body: dict[str, Any] = {"model_name": prediction.resolved.deployment.name, "model_version": str(answer.version.version)}
-    if request_id is not None:
+    if request_id:  # as Triton: a given id, never an empty one
         body["id"] = request_id
     body["parameters"] = who_answered(prediction)
     body["outputs"] = outputs

@@ -75,11 +75,22 @@ class Publishing:
 
     def entities(self, table: pa.Table, reasons: np.ndarray) -> np.ndarray:
         """Each row's entity; a row without one gets its reason (it fails, named in the error file)."""
+        import pyarrow as pa
+
         found = np.empty(table.num_rows, dtype=object)
         values = table.column(self.key).to_pylist() if self.key in table.column_names else [None] * table.num_rows
+        if self.key in table.column_names and pa.types.is_floating(kind := table.schema.field(self.key).type):
+            # A key read as floats (it is a numeric input of the model too): a whole number past
+            # the type's exact integers may have been rounded as it was read (9007199254740993
+            # reads as 9007199254740992), so it is no entity, never another one.
+            bound = float(2 ** (np.finfo(kind.to_pandas_dtype()).nmant + 1))
+            values = [None if isinstance(v, float) and v.is_integer() and abs(v) >= bound else v for v in values]
         found[:] = [entity_of(v) for v in values]
         missing = np.flatnonzero(np.equal(found, None) & np.equal(reasons, None))
-        reasons[missing] = f"publish key column '{self.key}' is empty on this row, a list or an object, not UTF-8 text, or longer than {MAX_ENTITY_BYTES} bytes (UTF-8): it cannot be published"
+        reasons[missing] = (
+            f"publish key column '{self.key}' is empty on this row, a list or an object, not UTF-8 text, longer than {MAX_ENTITY_BYTES} bytes (UTF-8), "
+            "or a whole number too large for the floats it was read as: it cannot be published"
+        )
         return found
 
     def collect(self, entities: np.ndarray, answer: Answer) -> list[tuple[str, bytes, float | None]]:

@@ -68,8 +68,15 @@ def classify(name: str, array: np.ndarray, k: int, labels: Sequence[Any] | None 
     check_rankable(name, datatype)
     rows = array.reshape(array.shape[0], math.prod(array.shape[1:])) if array.ndim >= 2 else array.reshape(1, -1)  # `-1` cannot size a row of an empty batch
     k = min(k, rows.shape[1])
-    # Best first, the lower index first among equals (a stable sort of the negated scores).
-    order = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :k]
+    # Best first, the lower index first among equals. Floats: a stable sort of the negated
+    # scores (NaN last). Integers in their own type (as doubles, two above 2**53 could tie, and
+    # negating the least INT64 overflows): a stable ascending sort of each row reversed, read
+    # from its end, puts the greatest first and, among equals, the lower index first.
+    if rows.dtype.kind == "f":
+        order = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :k]
+    else:
+        width = rows.shape[1]
+        order = (width - 1) - np.argsort(rows[:, ::-1], axis=1, kind="stable")[:, ::-1][:, :k]
     texts = []
     for row, picks in zip(rows, order, strict=True):
         for index in picks.tolist():

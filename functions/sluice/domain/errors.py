@@ -54,6 +54,13 @@ class RowInvalid(InvalidInput):
         super().__init__(f"{before}row {row}{after}", field=field, row=row)
         self.before, self.row, self.after = before, row, after
 
+    def __reduce__(self) -> tuple[Any, ...]:  # copied or pickled whole: as made, then as said since
+        return RowInvalid, (self.before, self.row, self.after), {"message": self.message, "field": self.field, "details": self.details}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.args = (self.message,)
+
     def at(self, row: int) -> RowInvalid:
         """The same refusal of `row`, with what was said of it since (a step's name before it)."""
         moved = RowInvalid(self.before, row, self.after, field=self.field)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.domain.conditions import comparisons, reads_inputs
-from sluice.domain.errors import CasesApart, InvalidInput, ModelFailed, Unavailable
+from sluice.domain.errors import CasesApart, InvalidInput, ModelFailed, RowInvalid, Unavailable
 from sluice.domain.functions import Function
 from sluice.domain.graphs import DEFAULT_CASE, sequence_signature
 from sluice.domain.lookups import Lookup
@@ -93,13 +93,16 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
         answer.case = name if inner is None else f"{name}/{inner}" if isinstance(inner, str) else [f"{name}/{c}" for c in inner]
         return answer
     groups = [(int(i), np.flatnonzero(chosen == i)) for i in taken]
-    answers = await asyncio.gather(
-        *(
-            runner.run_counted(targets[i][1], call.under(path), {k: a[at] for k, a in arrays.items()}, depth + 1, f"case:{path}", rows=len(at))
-            for i, at in groups
-            for path in (call.subject(targets[i][0]),)
-        )
-    )
+
+    async def case(target: Node, path: str, at: np.ndarray) -> Answer:
+        try:
+            return await runner.run_counted(target, call.under(path), {k: a[at] for k, a in arrays.items()}, depth + 1, f"case:{path}", rows=len(at))
+        except RowInvalid as exc:  # a row of the case's: named as the request's row
+            if not 0 <= exc.row < len(at):
+                raise
+            raise exc.at(int(at[exc.row])) from None
+
+    answers = await asyncio.gather(*(case(targets[i][1], call.subject(targets[i][0]), at) for i, at in groups))
     merged = _merge(rows, [at for _, at in groups], [a.result for a in answers], [targets[i][0] for i, _ in groups], chosen)
     per_row_case = np.array([name for name, _ in targets], dtype=object)[chosen].tolist()
     models: list[Any] = [None] * rows  # who answered each row: the answer names the first row's

@@ -193,11 +193,7 @@ class PredictionService:
         elif answer.source is not None:  # a precomputed node's rows, by where they came from
             precomputed = answer.source.count("precomputed") if isinstance(answer.source, list) else rows * (answer.source == "precomputed")
             sources = (precomputed, rows - precomputed)
-        held = HELD.get()
-        if held is not None:  # a stream's, or a bulk call's: written once the answer stands, with its statistics (`sluice.stats.held`)
-            held.append((self, CALL.get(), LINE, (fields, latency_ms, rows, cached, sources, call)))
-        else:
-            self._line(fields, latency_ms, rows, cached, sources, call)
+        self._answered(fields, latency_ms, rows, cached, sources, call)
         if call.mirrors and self.mirror is not None:
             await self._hand_off(call, latency_ms)
         if dep.capture is not None and self.capture is not None:  # sampled and queued, never waited on
@@ -207,9 +203,30 @@ class PredictionService:
                 self.capture.offer_records(dep, request.record_ids, request.record_offsets, answer, arrays, latency_ms, signature.inputs)
         return Prediction(resolved, answer, latency_ms, len(call.mirrors), batch=_as_batch(request))
 
-    def _line(self, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None, sources: tuple[int, int] | None, call: Call) -> None:
-        """The answered request's line and metrics (`Telemetry.prediction`)."""
-        if not self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=cached, sources=sources, looked=call.looked or (), sessions=call.sessions):
+    def _answered(
+        self, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None, sources: tuple[int, int] | None, call: Call | None
+    ) -> None:
+        """The answered request's line and metrics, now; or, where counts are held (a stream's,
+        a bulk call's), once its answer stands, with its statistics (`sluice.stats.held`)."""
+        held = HELD.get()
+        if held is not None:
+            held.append((self, CALL.get(), LINE, (fields, latency_ms, rows, cached, sources, call)))
+        else:
+            self._line(fields, latency_ms, rows, cached, sources, call)
+
+    def _line(
+        self, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None, sources: tuple[int, int] | None, call: Call | None
+    ) -> None:
+        """The answered request's line and metrics (`Telemetry.prediction`); `call`: None for a
+        prediction cache hit (no lookups, no sessions)."""
+        looked, sessions = (call.looked or (), call.sessions) if call is not None else ((), None)
+        if not self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=cached, sources=sources, looked=looked, sessions=sessions) and call is not None:
+            self._unreported(call)
+
+    def _unanswered(self, call: Call | None) -> None:
+        """A held line dropped (its call split, or its records to come again): the lookups it
+        made are reported all the same, on their own lines (their store calls were made)."""
+        if call is not None:
             self._unreported(call)
 
     def _runtime_failed(self, dep: Deployment, fields: dict[str, Any], error: SluiceError, call: Call) -> None:
@@ -245,7 +262,7 @@ class PredictionService:
             fields["variant"] = answer.variant
         rows = rows_of(arrays)
         count_hit(self.stats, resolved.deployment, lookup, latency_ms)
-        self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=True)
+        self._answered(fields, latency_ms, rows, True, None, None)
         self._keep(resolved.deployment, answer, request_id, rows)
         return Prediction(resolved, answer, latency_ms, 0, cached=True, batch=batch)
 

@@ -42,6 +42,7 @@ def count_held(held: list[Held], kept: Sequence[bool]) -> None:
     for recorder, call, method, args in held:
         share = 1.0 if call is None or id(call) in failed or method == FAILURE else _share(call, kept)
         if share == 0.0:
+            _dropped(recorder, method, args)
             continue
         if share == 1.0 or method not in ("request", "add"):
             getattr(recorder, method)(*args)
@@ -83,6 +84,15 @@ class _Scope(list):  # type: ignore[type-arg]
             super().append(entry)
         elif self.state == "settled":
             _pass_on(self.outer, [entry])
+        else:
+            _dropped(entry[0], entry[2], entry[3])
+
+
+def _dropped(recorder: Any, method: str, args: tuple[Any, ...]) -> None:
+    """A held count not counted: an answer's line says, on their own lines, the lookups it made
+    (`PredictionService._unanswered`: their store calls were made all the same)."""
+    if method == LINE:
+        recorder._unanswered(args[-1])
 
 
 def _pass_on(outer: list[Held] | None, held: list[Held]) -> None:
@@ -124,8 +134,11 @@ class Splittable:
 
     def split(self) -> None:
         """What the call counted, and counts from now on, dropped: its parts count."""
-        self._held.state = "split"
-        self._held.clear()
+        held = self._held
+        held.state = "split"
+        for recorder, _, method, args in held:
+            _dropped(recorder, method, args)
+        held.clear()
 
     def settle(self) -> None:
         """What the call counted, and counts from now on, counted (or held by the stream)."""
@@ -143,6 +156,9 @@ def discard(call: Any) -> None:
     answer, each counted as it stands)."""
     held = HELD.get()
     if held:
+        for recorder, of, method, args in held:
+            if of is call:
+                _dropped(recorder, method, args)
         held[:] = [entry for entry in held if entry[1] is not call]
 
 

@@ -157,6 +157,8 @@ def test_an_id_is_echoed_only_when_given(grpc_url: str, http: TestClient, keys: 
     assert given.json()["id"] == "mine"
     none = http.post("/v2/models/iris/infer", json={"inputs": inputs}, headers=auth(keys["acme"]))
     assert "id" not in none.json() and none.headers["x-request-id"]
+    empty = http.post("/v2/models/iris/infer", json={"id": "", "inputs": inputs}, headers=auth(keys["acme"]))
+    assert empty.status_code == 200 and "id" not in empty.json()  # as Triton: an empty id is none
     client = grpcclient.InferenceServerClient(grpc_url)
     assert client.infer("iris", [_iris_input(grpcclient)], headers=auth(keys["acme"])).get_response().id == ""
     assert client.infer("iris", [_iris_input(grpcclient)], request_id="r-1", headers=auth(keys["acme"])).get_response().id == "r-1"
