@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from decimal import Decimal
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, field_validator
@@ -99,6 +100,12 @@ def entity_of(value: Any) -> str | None:
         if math.isnan(value):
             return None
         return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, Decimal):  # a Parquet decimal column's: `7.00` is `7` too
+        if not value.is_finite():
+            return None
+        if value == value.to_integral_value():
+            return None if value.adjusted() >= MAX_ENTITY_BYTES else str(int(value))
+        return str(value)
     if isinstance(value, list | tuple | dict | set | frozenset):
         return None  # a list or an object (a JSON Lines row's) is no one key: its text is no entity's
     item = getattr(value, "item", None)  # a NumPy scalar
