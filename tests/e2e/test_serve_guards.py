@@ -118,7 +118,23 @@ def test_headers_over_the_bound_get_431_and_a_closed_connection(guarded: tuple[i
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Big: " + b"a" * 8000 + b"\r\n\r\n")
         elapsed, got = _closed_after(sock, time.monotonic(), 5)
     assert got.startswith(b"HTTP/1.1 431 ") and elapsed < 1
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower() and json.loads(body)["code"] == "request_header_fields_too_large"
     assert http("GET", f"http://127.0.0.1:{port}/healthz", headers={"X-Fine": "a" * 1000}).status_code == 200
+
+
+@pytest.mark.parametrize("sent", [b"NOT HTTP AT ALL\r\n\r\n", b"GET / HTTP/1.1\r\nHost x\r\n\r\n", b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n"])
+def test_bytes_that_are_not_http_get_a_400_with_a_json_error(guarded: tuple[int, str, Path, Path], sent: bytes) -> None:
+    """What the HTTP parser cannot read is answered as every refusal is: a 4xx with a JSON body
+    naming the problem (not the server's text), and the connection closed."""
+    port, _, _, _ = guarded
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(sent)
+        _, got = _closed_after(sock, time.monotonic(), 5)
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head.lower(), got[:300]
+    refused = json.loads(body)
+    assert refused["code"] == "bad_request" and refused["error"].startswith("not an HTTP/1.1 request sluice can read"), refused
 
 
 def test_an_idle_keep_alive_connection_is_closed_after_its_timeout(guarded: tuple[int, str, Path, Path]) -> None:

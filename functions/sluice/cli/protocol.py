@@ -96,8 +96,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             super().data_received(data)
 
     def send_400_response(self, msg: str) -> None:
-        if not self.refused:  # the parser's error after HeaderTooLarge: answered already
-            super().send_400_response(msg)
+        """Bytes the parser cannot read as HTTP: 400 with sluice's JSON error body (uvicorn's own
+        is text), and the connection closed."""
+        if self.refused:  # the parser's error after HeaderTooLarge: answered already
+            return
+        self.refused = True
+        self.transport.write(_refusal(400, "bad_request", f"not an HTTP/1.1 request sluice can read: {msg.rstrip('.')}", self.server_state.default_headers))
+        self.transport.close()
 
     def _refuse(self, status: int, reason: bytes) -> None:
         if self.refused or self.transport.is_closing():
@@ -105,12 +110,24 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.refused = True
         # Answer only when no response is under way on this connection: never mid-response.
         if self.cycle is None or self.cycle.response_complete:
-            phrase = b"Request Timeout" if status == 408 else b"Request Header Fields Too Large"
-            self.transport.write(
-                b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
-                b"connection: close\r\n\r\n%s" % (status, phrase, len(reason), reason)
-            )
+            code = "request_timeout" if status == 408 else "request_header_fields_too_large"
+            self.transport.write(_refusal(status, code, reason.decode(), self.server_state.default_headers))
         self.transport.close()
+
+
+PHRASES = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+def _refusal(status: int, code: str, message: str, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A refusal the protocol answers itself, before any route: the JSON error body every other
+    refusal has (`{"error", "code"}`), and `Connection: close`."""
+    import orjson
+
+    body = orjson.dumps({"error": message, "code": code})
+    lines = [b"HTTP/1.1 %d %s\r\n" % (status, PHRASES[status])]
+    lines += [name + b": " + value + b"\r\n" for name, value in headers]
+    lines.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+    return b"".join(lines) + body
 
 
 class ClosingCycle(RequestResponseCycle):
