@@ -165,7 +165,7 @@ def _values(column: Any, name: str, datatype: str, reasons: np.ndarray) -> np.nd
             array = pc.cast(array, pa.string())
         return to_text(array, null="")
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        array = _parse_numbers(array, name, reasons, integers=V2_TO_NUMPY[datatype].kind in "iu")
+        array = _parse_numbers(array, name, reasons)
     elif pa.types.is_decimal(array.type):
         import pyarrow.compute as pc
 
@@ -240,11 +240,6 @@ def _as_dtype(values: np.ndarray, name: str, datatype: str, reasons: np.ndarray)
             fractional = values != np.trunc(values)
             blame(reasons, fractional, f"'{name}' must be a whole number")
             values = np.where(fractional, 0.0, values)
-            if dtype.itemsize == 8:  # past 2**53 a number read as a float may have been rounded: another number
-                inexact = np.abs(values) >= 2.0**53
-                if inexact.any():
-                    blame(reasons, inexact, f"'{name}' is an integer past 2**53 written as a float (with a fraction or an exponent), which cannot hold it exactly: write it as an integer")
-                    values = np.where(inexact, 0.0, values)
         info = np.iinfo(dtype)
         wide = values.astype(np.float64) if values.dtype.kind == "f" else values
         outside = (wide < info.min) | (wide > info.max)
@@ -264,17 +259,12 @@ def _as_dtype(values: np.ndarray, name: str, datatype: str, reasons: np.ndarray)
 
 
 
-def _parse_numbers(array: Any, name: str, reasons: np.ndarray, integers: bool = False) -> Any:
-    """Text to float64 (`integers`: to int64 where every value is an integer's text, exactly):
-    all at once when every value parses, else value by value, blaming the rows that do not."""
+def _parse_numbers(array: Any, name: str, reasons: np.ndarray) -> Any:
+    """Text to float64: all at once when every value parses, else value by value, blaming
+    the rows that do not."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if integers:
-        try:
-            return pc.cast(array, pa.int64())
-        except pa.ArrowException:
-            pass
     try:
         return pc.cast(array, pa.float64())
     except pa.ArrowException:  # some value does not parse, or the type cannot cast: go one by one

@@ -200,12 +200,9 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
                     value = str(value) if isinstance(value, int) else _whole(_as_written(line, f.name)) if f.name == entity else _as_written(line, f.name)
                 elif f.name not in features and value is not None and not isinstance(value, str):
                     value = orjson.dumps(value).decode()  # a key written as true/false, a list or an object: its JSON
-                elif value is not None and not _fits(value, f.type) and not (f.name in numeric and pa.types.is_integer(f.type)):
+                elif value is not None and not _fits(value, f.type):
                     reason = reason or f"'{f.name}' is not {f.type}: {str(value)[:40]!r}"
                     value = None
-                if value is not None and f.name in numeric and pa.types.is_integer(f.type):  # an integer input's column
-                    value, wrong = _integer(value, f.name, f.type)
-                    reason = reason or wrong
                 values[f.name].append(value)
         except (RecursionError, orjson.JSONEncodeError):  # a value nested deeper than the stack holds (or orjson writes)
             refused = too_deep(line)
@@ -224,25 +221,6 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
 STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a JSON string, or an opening or closing bracket
 NAME_END = re.compile(rb"[ \t\r]*:[ \t\r]*")
 NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-
-
-def _integer(value: int | float, name: str, arrow_type: Any) -> tuple[int | None, str | None]:
-    """A number for an integer input's column (int64, or uint64): the integer it is, or why not
-    (a fraction; a float past 2**53, which may have been rounded as it was read; out of range)."""
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            return None, f"'{name}' is {'NaN' if value != value else 'infinite'}"
-        if not value.is_integer():
-            return None, f"'{name}' must be a whole number"
-        if abs(value) >= 2.0**53:
-            return None, f"'{name}' is an integer past 2**53 written as a float (with a fraction or an exponent), which cannot hold it exactly: write it as an integer"
-        value = int(value)
-    import pyarrow as pa
-
-    low, high = (0, 2**64) if pa.types.is_unsigned_integer(arrow_type) else (-(2**63), 2**63)
-    if not low <= value < high:
-        return None, f"'{name}' is out of range for {arrow_type}"
-    return value, None
 
 
 def _whole(written: str) -> str:

@@ -120,17 +120,11 @@ def arrow_types(
     types: dict[str, Any] = {}
     for feed in feeds:
         for name in feed.columns:
-            kind = V2_TO_NUMPY[feed.datatype].kind
-            numeric = kind in "fiub"
+            numeric = V2_TO_NUMPY[feed.datatype].kind in "fiub"
             if feed.width is not None:
                 types[name] = pa.list_(pa.float64()) if numeric and lists else pa.string()
-            elif numeric and not text_features:
-                # An integer input as the integers it holds (as floats, one past 2**53 would be
-                # rounded as it is read: another number scored); a value written otherwise (`5.0`)
-                # sends the chunk to the readers' slower path, which checks each value.
-                types[name] = pa.int64() if kind == "i" else pa.uint64() if kind == "u" else pa.float64()
             else:
-                types[name] = pa.string()
+                types[name] = pa.float64() if numeric and not text_features else pa.string()
     published = (spec.publish.key,) if spec.publish is not None else ()
     for key in (*spec.key_columns, *published):  # keys of text inputs are text: "c-1041" and 1041 alike, "007" kept;
         types.setdefault(key, pa.string())  # a feature used as a key too is read as the feature (its key written from it)
