@@ -74,7 +74,7 @@ class BodyLimit:
         if _over(declared, limit):
             await error_response(too_large(limit))(scope, receive, send)
             return
-        coding = request_coding(scope) if not _bodyless(scope, declared) else None  # a request with no body has no coding to read
+        coding = request_coding(scope)
         if coding is not None:  # inflated as read, the limit held by the inflated size
             try:
                 inflater = _inflater(scope, coding, limit)
@@ -114,7 +114,7 @@ class BodyLimit:
         limit = self.limit()
         if _over(content_length(scope), limit) or len(body) > limit:
             return error_response(too_large(limit))
-        coding = request_coding(scope) if body else None
+        coding = request_coding(scope)
         if coding is None:
             return await self.app.answer_whole(scope, body)  # type: ignore[attr-defined, no-any-return]
         try:
@@ -122,15 +122,6 @@ class BodyLimit:
         except SluiceError as exc:
             return error_response(exc)
         return await self.app.answer_whole(inflated_scope(scope), body, inflating(whole_body(body), inflater))  # type: ignore[attr-defined, no-any-return]
-
-
-def _bodyless(scope: Scope, declared: str | None) -> bool:
-    """A request that carries no body (RFC 9112 §6.3: neither a length above 0 nor chunked
-    framing), whatever its `Content-Encoding` says: there is nothing to inflate or refuse."""
-    if declared is not None:
-        text = declared.strip(" \t")
-        return text.isascii() and text.isdigit() and int(text) == 0
-    return not any(name == b"transfer-encoding" for name, _ in scope["headers"])
 
 
 def _inflater(scope: Scope, coding: str, limit: int) -> Inflater:
