@@ -169,6 +169,23 @@ def ratio_model() -> bytes:
     return model.SerializeToString()
 
 
+def echo_int_model(datatype: str = "INT64") -> bytes:
+    """`x` [-1, 1] in, `y` [-1, 1] out, the same values, of `datatype` (INT64 or UINT64): what a
+    row's integer input reached the model as."""
+    from onnx import TensorProto, helper
+
+    kind = TensorProto.UINT64 if datatype == "UINT64" else TensorProto.INT64
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "echo",
+        [helper.make_tensor_value_info("x", kind, [None, 1])],
+        [helper.make_tensor_value_info("y", kind, [None, 1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
 def filled_model(shape: list[int], fills: int = 1) -> bytes:
     """`x` [-1, 1] FP32 in, `y` [-1, 1] FP32 out: x plus the sum of `fills` tensors of `shape`
     ConstantOfShape makes from a constant shape (each 1.0 + its number): a model of a few

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.batch.pieces import EXACT_INTEGERS, exact_type
 from sluice.codecs.arrow_numbers import from_numbers, to_numbers, to_text
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
 from sluice.domain.errors import InvalidInput
-from sluice.domain.values import parse_number
+from sluice.domain.values import number_of, parse_number
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -164,7 +165,9 @@ def _values(column: Any, name: str, datatype: str, reasons: np.ndarray) -> np.nd
 
             array = pc.cast(array, pa.string())
         return to_text(array, null="")
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+    if (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)) and datatype in EXACT_INTEGERS:
+        array = _parse_integers(array, name, datatype, reasons)
+    elif pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         array = _parse_numbers(array, name, reasons)
     elif pa.types.is_decimal(array.type):
         import pyarrow.compute as pc
@@ -257,6 +260,61 @@ def _as_dtype(values: np.ndarray, name: str, datatype: str, reasons: np.ndarray)
     return cast
 
 
+
+
+def _parse_integers(array: Any, name: str, datatype: str, reasons: np.ndarray) -> Any:
+    """Text to the 64-bit integers it writes, exactly (as floats, two ids past 2**53 would be
+    one): a chunk of plain integers cast at once; any other as `_parse_numbers` reads text (as
+    floats, which hold every value below 2**53 exactly), unless a value is past 2**53: then
+    each value by itself, exactly (`_whole_of`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    target = exact_type(datatype)
+    plain = pc.match_substring_regex(array, r"^[0-9]{1,20}$" if datatype == "UINT64" else r"^-?[0-9]{1,19}$")
+    if pc.all(plain).as_py() is not False:  # plain integers (or missing values): Arrow reads them exactly
+        try:
+            return pc.cast(array, target)
+        except pa.ArrowException:  # past the type's range: said value by value below
+            pass
+    else:
+        said = np.full(len(array), None, dtype=object)
+        floats = _parse_numbers(array, name, said)
+        if (pc.max(pc.abs(floats)).as_py() or 0.0) < 2.0**53:  # NaN and infinity too are said as floats are
+            blame(reasons, ~np.equal(said, None), said)
+            return floats
+    low, high = (0, 2**64) if datatype == "UINT64" else (-(2**63), 2**63)
+    parsed: list[int | None] = []
+    shown: list[str] = []
+    for text in array.to_pylist():
+        value, why = (None, "") if text is None else _whole_of(text, name, datatype, low, high)
+        parsed.append(value)
+        shown.append(why)
+    blame(reasons, np.asarray([bool(w) for w in shown], dtype=bool), np.asarray(shown, dtype=object))
+    return pa.array(parsed, type=target)
+
+
+def _whole_of(text: str, name: str, datatype: str, low: int, high: int) -> tuple[int | None, str]:
+    """The whole number `text` writes, exactly, within [low, high); or why not."""
+    from decimal import Decimal
+
+    number = number_of(text)
+    if number is None:
+        return None, f"'{name}' is not a number: {text[:40]!r}"
+    if isinstance(number, float):
+        if number != number or number in (float("inf"), float("-inf")):
+            return None, f"'{name}' is {'NaN' if number != number else 'infinite'}"
+        exact = Decimal(text.strip(" \t"))  # `5.0`, `1e3`: the number written, not a float near it
+        if exact != exact.to_integral_value():
+            return None, f"'{name}' must be a whole number"
+        if not exact:
+            return 0, ""
+        if exact.adjusted() > 20:
+            return None, f"'{name}' is out of range for {datatype}"
+        number = int(exact)
+    if not low <= number < high:
+        return None, f"'{name}' is out of range for {datatype}"
+    return number, ""
 
 
 def _parse_numbers(array: Any, name: str, reasons: np.ndarray) -> Any:

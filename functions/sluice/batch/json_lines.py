@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.batch.pieces import Piece, arrow_types, check_rows, is_utf8, shown
+from sluice.batch.pieces import EXACT_INTEGERS, Piece, arrow_types, check_rows, is_utf8, shown
 from sluice.batch.records import CARRIAGE
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.json_text import PARSER_DEPTH, NestedTooDeep, loads, too_deep
@@ -37,24 +37,47 @@ def read_json_lines(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed]
         return Piece(pa.table({c: pa.array([], type=types.get(c, pa.string())) for c in columns}), np.empty(0, np.int64), records=records)
     schema = pa.schema([(c, types.get(c, pa.string())) for c in columns])
     keys = set(spec.key_columns)
+    exact = {name for feed in feeds if feed.width is None and feed.datatype in EXACT_INTEGERS for name in feed.columns} - keys
     if _one_object_per_line(owned):
         region = owned.data
-        try:
-            # Key columns are read as they come (a number or a string) and then made text.
-            table = pj.read_json(
-                io.BytesIO(region),
-                read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, len(region) + 1)),  # one block
-                parse_options=pj.ParseOptions(
-                    explicit_schema=pa.schema([f for f in schema if f.name not in keys]),
-                    unexpected_field_behavior="infer" if keys else "ignore",
-                ),
-            )
-        except pa.ArrowInvalid:
-            table = None
-        if table is not None and table.num_rows == n and _keys_as_text(table, keys):
-            table = _with_keys_as_text(table, keys, n).select(columns)
-            return Piece(table, records.numbers, records=records)
+        # Key columns are read as they come (a number or a string) and then made text. The
+        # columns of 64-bit integer inputs as their integers (exactly); where a value is written
+        # otherwise (`5.0`), as floats, which hold every value below 2**53 exactly.
+        for kinds in ((schema,) if not exact else (schema, _as_floats(schema, exact))):
+            try:
+                table = pj.read_json(
+                    io.BytesIO(region),
+                    read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, len(region) + 1)),  # one block
+                    parse_options=pj.ParseOptions(
+                        explicit_schema=pa.schema([f for f in kinds if f.name not in keys]),
+                        unexpected_field_behavior="infer" if keys else "ignore",
+                    ),
+                )
+            except pa.ArrowInvalid:
+                continue
+            if table.num_rows == n and _keys_as_text(table, keys) and _exact_enough(table, exact, kinds):
+                table = _with_keys_as_text(table, keys, n).select(columns)
+                return Piece(table, records.numbers, records=records)
+            break
     return _jsonl_by_line(owned, chunk, schema, feeds, spec.publish.key if spec.publish is not None else None)
+
+
+def _as_floats(schema: pa.Schema, exact: set[str]) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([pa.field(f.name, pa.float64()) if f.name in exact else f for f in schema])
+
+
+def _exact_enough(table: pa.Table, exact: set[str], kinds: pa.Schema) -> bool:
+    """Whether the 64-bit integer inputs' columns hold what was written: as integers, always;
+    as floats, every value below 2**53 (else each line is read, exactly)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return all(
+        not pa.types.is_floating(kinds.field(name).type) or name not in table.column_names or (pc.max(pc.abs(table.column(name))).as_py() or 0.0) < 2.0**53
+        for name in exact
+    )
 
 
 OPEN, CLOSE = ord("{"), ord("}")
@@ -182,7 +205,10 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
             reason = None
             for f in schema:
                 value = obj.get(f.name)
-                if value is not None and f.name in numeric and isinstance(value, str):
+                if value is not None and f.name in numeric and pa.types.is_integer(f.type):  # a 64-bit integer input's
+                    value, wrong = _integer(value, f.name, f.type, line)
+                    reason = reason or wrong
+                elif value is not None and f.name in numeric and isinstance(value, str):
                     parsed = parse_number(value)  # numbers written as text count, as in CSV
                     if parsed is None:
                         reason = reason or f"'{f.name}' is not a number: {value[:40]!r}"
@@ -221,6 +247,36 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
 STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a JSON string, or an opening or closing bracket
 NAME_END = re.compile(rb"[ \t\r]*:[ \t\r]*")
 NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+def _integer(value: Any, name: str, arrow_type: Any, line: bytes) -> tuple[int | None, str | None]:
+    """A JSON value for a 64-bit integer input's column: the integer it is, exactly (a number
+    written with a point or an exponent too: `5.0`, `9007199254740993.0` as its text says, not
+    as the float near it); text as NUMBER reads it, exactly; or why not."""
+    import pyarrow as pa
+
+    from sluice.batch.columns import _whole_of
+
+    unsigned = pa.types.is_unsigned_integer(arrow_type)
+    low, high = (0, 2**64) if unsigned else (-(2**63), 2**63)
+    datatype = "UINT64" if unsigned else "INT64"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None, f"'{name}' is not a number: {str(value)[:40]!r}"
+    if isinstance(value, str):
+        found, why = _whole_of(value, name, datatype, low, high) if value else (None, f"'{name}' is not a number: ''")
+        return found, why or None
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return None, f"'{name}' is {'NaN' if value != value else 'infinite'}"
+        if abs(value) >= 2.0**53:  # the float may not be what was written: its text is
+            found, why = _whole_of(_as_written(line, name), name, datatype, low, high)
+            return found, why or None
+        if not value.is_integer():
+            return None, f"'{name}' must be a whole number"
+        value = int(value)
+    if not low <= value < high:
+        return None, f"'{name}' is out of range for {datatype}"
+    return value, None
 
 
 def _whole(written: str) -> str:

@@ -110,6 +110,16 @@ def is_utf8(data: bytes) -> bool:
     return True
 
 
+# The integer inputs a float cannot always hold (past 2**53): read as the integers written.
+EXACT_INTEGERS = frozenset({"INT64", "UINT64"})
+
+
+def exact_type(datatype: str) -> Any:
+    import pyarrow as pa
+
+    return pa.uint64() if datatype == "UINT64" else pa.int64()
+
+
 def arrow_types(
     spec: JobSpec, feeds: list[Feed], *, text_features: bool, lists: bool = False
 ) -> dict[str, Any]:
@@ -123,6 +133,10 @@ def arrow_types(
             numeric = V2_TO_NUMPY[feed.datatype].kind in "fiub"
             if feed.width is not None:
                 types[name] = pa.list_(pa.float64()) if numeric and lists else pa.string()
+            elif feed.datatype in EXACT_INTEGERS and not text_features:
+                # Past 2**53 a float is not the integer written: CSV's text is parsed here
+                # (`columns._parse_numbers`), JSON Lines' numbers as the integers they are.
+                types[name] = exact_type(feed.datatype) if lists else pa.string()
             else:
                 types[name] = pa.float64() if numeric and not text_features else pa.string()
     published = (spec.publish.key,) if spec.publish is not None else ()

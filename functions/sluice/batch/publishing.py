@@ -68,6 +68,7 @@ class Publishing:
         self._lock = threading.Lock()
         self.described: Publication | None = None
         self._keys: list[np.ndarray] = []  # the chunk's rows published: each one's key digest and row (`KEYS`)
+        self.exact: frozenset[str] = frozenset()  # the columns of 64-bit integer inputs (CSV reads their text), set by the scorer
 
     @property
     def key(self) -> str:
@@ -85,6 +86,12 @@ class Publishing:
             # reads as 9007199254740992), so it is no entity, never another one.
             bound = float(2 ** (np.finfo(kind.to_pandas_dtype()).nmant + 1))
             values = [None if isinstance(v, float) and v.is_integer() and abs(v) >= bound else v for v in values]
+        elif self.key in self.exact and self.key in table.column_names and pa.types.is_string(table.schema.field(self.key).type):
+            # A 64-bit integer input's text (CSV): its entity is the integer it writes, as the
+            # model reads it (`5.0`, ` 5` and `+5` are `5`), exactly.
+            from sluice.batch.columns import _whole_of
+
+            values = [v if v is None else _whole_of(v, self.key, "INT64", -(2**64), 2**64)[0] for v in values]
         found[:] = [entity_of(v) for v in values]
         missing = np.flatnonzero(np.equal(found, None) & np.equal(reasons, None))
         reasons[missing] = (

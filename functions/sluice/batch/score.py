@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
-from sluice.batch.pieces import ChunkUnreadable
+from sluice.batch.pieces import EXACT_INTEGERS, ChunkUnreadable
 from sluice.batch.publishing import Publishing, keys_uri
 from sluice.batch.readers import read_chunk
 from sluice.batch.uris import join
@@ -119,6 +119,8 @@ class ChunkScorer:
         feeds = plan_feeds(signature, available)
         keys = list(spec.key_columns)
         publishing = Publishing(self.precomputed, spec, spec.publish) if spec.publish is not None and self.precomputed is not None else None
+        if publishing is not None:
+            publishing.exact = frozenset(c for feed in feeds if feed.width is None and feed.datatype in EXACT_INTEGERS for c in feed.columns)
         columns = list(dict.fromkeys([*keys, *([publishing.key] if publishing else []), *needed_columns(feeds)]))
         run_rows = self._rows_per_call(resolved, feeds)
         # A row of a scalar input (rank 0) is its value alone: the bulk call scores it alone.

@@ -73,22 +73,20 @@ def test_a_json_lines_key_written_as_a_whole_float_is_its_integers_entity(batch:
 
 
 def test_a_key_read_as_floats_past_their_exact_integers_is_no_entity(batch: Container, acme: Principal, tmp_path: Path) -> None:
-    """A key that is a numeric input of the model too is read as the input is, as floats: a
-    whole number past 2**53 may have been rounded as it was read (9007199254740993 reads as
-    ...992), so it is not published under a key that is another entity's: the row fails,
-    saying why; a key within the floats' exact integers is published as the integer."""
+    """A key that is a float input of the model too is read as the input is, as floats: a whole
+    number past 2**53 may have been rounded as it was read (9007199254740993 reads as ...992),
+    so it is not published under a key that is another entity's: the row fails, saying why; a
+    key within the floats' exact integers is published as the integer. (A 64-bit integer input
+    is read as the integers written: `test_exact_integers`.)"""
     from tests.integration.batch.jobs import read_errors
-    from tests.models import ratio_model
-    from tests.support import single
+    from tests.integration.test_precomputed import FEATURES
 
-    batch.models.push(acme, "ratio", ratio_model())
-    batch.deployments.create(acme, "ratio", single("ratio", 1))
-    path = tmp_path / "codes.csv"
-    path.write_text("x\n9007199254740993\n5\n")
-    job = run_job(batch, acme, path, deployment="ratio", publish={"table": "codes", "key": "x"})
+    path = tmp_path / "ages.csv"
+    path.write_text(",".join(FEATURES) + "\n" + "".join(",".join([age] + ["0.01"] * 9) + "\n" for age in ("9007199254740993", "5")))
+    job = run_job(batch, acme, path, deployment="diabetes", publish={"table": "ages", "key": "age"})
     assert (job.status, job.rows_out, job.rows_failed) == ("SUCCEEDED", 1, 1), job.error
     assert "a whole number too large for the floats it was read as" in read_errors(job)[0]["reason"]
-    found = batch.precomputed.get_answers("acme", "codes", job.id, ["9007199254740992", "9007199254740993", "5"], now=time.time())
+    found = batch.precomputed.get_answers("acme", "ages", job.id, ["9007199254740992", "9007199254740993", "5"], now=time.time())
     assert sorted(found) == ["5"]
 
 
