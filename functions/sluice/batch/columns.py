@@ -296,7 +296,7 @@ def _parse_integers(array: Any, name: str, datatype: str, reasons: np.ndarray) -
 
 def _whole_of(text: str, name: str, datatype: str, low: int, high: int) -> tuple[int | None, str]:
     """The whole number `text` writes, exactly, within [low, high); or why not."""
-    from decimal import Decimal
+    from decimal import Decimal, InvalidOperation
 
     number = number_of(text)
     if number is None:
@@ -304,7 +304,10 @@ def _whole_of(text: str, name: str, datatype: str, low: int, high: int) -> tuple
     if isinstance(number, float):
         if number != number or number in (float("inf"), float("-inf")):
             return None, f"'{name}' is {'NaN' if number != number else 'infinite'}"
-        exact = Decimal(text.strip(" \t"))  # `5.0`, `1e3`: the number written, not a float near it
+        try:
+            exact = Decimal(text.strip(" \t"))  # `5.0`, `1e3`: the number written, not a float near it
+        except InvalidOperation:  # an exponent past Decimal's: the float read says it (`1e-99…9` is 0)
+            exact = Decimal(number)
         if exact != exact.to_integral_value():
             return None, f"'{name}' must be a whole number"
         if not exact:

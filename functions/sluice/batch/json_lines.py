@@ -41,9 +41,9 @@ def read_json_lines(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed]
     if _one_object_per_line(owned):
         region = owned.data
         # Key columns are read as they come (a number or a string) and then made text. The
-        # columns of 64-bit integer inputs as their integers (exactly); where a value is written
-        # otherwise (`5.0`), as floats, which hold every value below 2**53 exactly.
-        for kinds in ((schema,) if not exact else (schema, _as_floats(schema, exact))):
+        # columns of 64-bit integer inputs as floats first, which hold every value below 2**53
+        # exactly (`5` and `5.0` alike); past it, again as integers (exactly), else line by line.
+        for kinds in ((schema,) if not exact else (_as_floats(schema, exact), schema)):
             try:
                 table = pj.read_json(
                     io.BytesIO(region),
@@ -58,7 +58,8 @@ def read_json_lines(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed]
             if table.num_rows == n and _keys_as_text(table, keys) and _exact_enough(table, exact, kinds):
                 table = _with_keys_as_text(table, keys, n).select(columns)
                 return Piece(table, records.numbers, records=records)
-            break
+            if not exact or kinds is schema:
+                break  # else read again as integers: a value past 2**53 as floats
     return _jsonl_by_line(owned, chunk, schema, feeds, spec.publish.key if spec.publish is not None else None)
 
 

@@ -55,15 +55,15 @@ def test_whole_numbers_written_otherwise_are_the_integers_their_text_says(batch:
     other integers stay exact."""
     echo = _echo(batch, acme, "INT64")
     csv = tmp_path / "mixed.csv"
-    csv.write_text("x\n9007199254740993.0\n1e3\n5.0\n0x10\nabc\n2.5\n9007199254740995\n")
+    csv.write_text("x\n9007199254740993.0\n1e3\n5.0\n0x10\nabc\n2.5\n9007199254740995\n1e-99999999999999999999999\n")
     assert _scored(batch, acme, csv, echo) == (
-        [9007199254740993, 1000, 5, 9007199254740995],
+        [9007199254740993, 1000, 5, 9007199254740995, 0],  # an exponent past Decimal's: the float it reads as
         ["'x' is not a number: '0x10'", "'x' is not a number: 'abc'", "'x' must be a whole number"],
     )
     lines = tmp_path / "mixed.jsonl"
-    lines.write_text('{"x": 9007199254740993.0}\n{"x": 5.0}\n{"x": "7"}\n{"x": "0x10"}\n{"x": 2.5}\n{"x": 9007199254740995}\n{"x": true}\n')
+    lines.write_text('{"x": 9007199254740993.0}\n{"x": 5.0}\n{"x": "7"}\n{"x": "0x10"}\n{"x": 2.5}\n{"x": 9007199254740995}\n{"x": true}\n{"x": "1e-99999999999999999999999"}\n')
     scored, refused = _scored(batch, acme, lines, echo)
-    assert scored == [9007199254740993, 5, 7, 9007199254740995]
+    assert scored == [9007199254740993, 5, 7, 9007199254740995, 0]
     assert refused == ["'x' is not a number: '0x10'", "'x' must be a whole number", "'x' is not a number: 'True'"]
 
 
