@@ -60,7 +60,7 @@ def read_json_lines(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed]
                 return Piece(table, records.numbers, records=records)
             if not exact or kinds is schema:
                 break  # else read again as integers: a value past 2**53 as floats
-    return _jsonl_by_line(owned, chunk, schema, feeds, spec.publish.key if spec.publish is not None else None)
+    return _jsonl_by_line(owned, chunk, schema, feeds, spec.publish.key if spec.publish is not None else None, keys)
 
 
 def _as_floats(schema: pa.Schema, exact: set[str]) -> pa.Schema:
@@ -162,10 +162,13 @@ def _with_keys_as_text(table: pa.Table, keys: set[str], rows: int) -> pa.Table:
 JSON_SPACE = b" \t\r"  # what JSON calls whitespace, less the line end (never inside a line)
 
 
-def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Feed], entity: str | None = None) -> Piece:
+def _jsonl_by_line(
+    owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Feed], entity: str | None = None, keys: set[str] | frozenset[str] = frozenset()
+) -> Piece:
     """The slow path, for chunks with a line that is blank, not JSON, or holds a value of the
     wrong type: each line on its own, so one bad line costs one row. `entity`: the column a
-    job publishes by (`publish.key`), a whole number of which is read as the integer it is."""
+    job publishes by (`publish.key`), a whole number of which is read as the integer it is.
+    `keys`: made text as the fast path makes them, so every part of a job has one type a key."""
     import orjson
     import pyarrow as pa
 
@@ -241,7 +244,7 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
             continue
         rows.append(number)
         reasons.append(reason)
-    table = pa.table({f.name: pa.array(values[f.name], type=f.type) for f in schema}, schema=schema)
+    table = _with_keys_as_text(pa.table({f.name: pa.array(values[f.name], type=f.type) for f in schema}, schema=schema), set(keys), len(rows))
     return Piece(table, np.asarray(rows, dtype=np.int64), np.asarray(reasons, dtype=object), dropped, records=owned.records)
 
 

@@ -89,3 +89,23 @@ def test_a_publish_key_on_an_integer_input_is_the_integer_written(batch: Contain
     twice.write_text("x\n5\n5.0\n")
     job = run_job(batch, acme, twice, deployment=echo, publish={"table": "echoes", "key": "x"}, output_uri=str(tmp_path / "twice-out"))
     assert job.status == "FAILED" and "publish.key: 1 value of column 'x'" in (job.error or ""), job.error
+
+
+def test_a_key_column_has_one_type_in_every_part_whichever_way_its_chunk_was_read(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    """A JSON Lines key that is an input too: a chunk read whole and one read line by line (it
+    holds a bad line) write the key as the same type, so the job's Parquet parts read as one."""
+    import pyarrow.parquet as pq
+
+    from sluice.batch.uris import local_path
+
+    echo = _echo(batch, acme, "INT64")
+    path = tmp_path / "ids.jsonl"
+    lines = [json.dumps({"x": i, "note": "n" * 80}) for i in range(1400)]  # two chunks of 64 KiB
+    lines[-3] = "not json"
+    path.write_text("\n".join(lines) + "\n")
+    job = run_job(batch, acme, path, deployment=echo, key_columns=["x"], output_format="parquet", output_uri=str(tmp_path / "ids-out"))
+    assert (job.status, job.rows_out, job.rows_failed) == ("SUCCEEDED", 1399, 1), job.error
+    assert job.chunks_total and job.chunks_total > 1
+    parts = sorted(local_path(job.output_uri).glob("part-*.parquet"))
+    assert len({str(pq.read_schema(p).field("x").type) for p in parts}) == 1
+    assert pq.ParquetDataset([str(p) for p in parts]).read().num_rows == 1399  # one schema: the parts read as one table
