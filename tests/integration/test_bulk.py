@@ -434,17 +434,26 @@ def test_a_stopped_ensemble_members_late_counts_stand_after_its_call(demo: Conta
     demo.deployments.create(acme, "hedge", {"kind": "ensemble", "aggregator": "first_success", "members": [{"name": "fast", "target": CHAIN}, {"name": "slow", "target": CHAIN}]})
     runner = type(demo.predictions.runner)
     real = runner.run
+    embedded: list[asyncio.Event] = []  # set once the slow member's first step has answered
 
     async def slowed(self: Any, node: Any, call: Any, arrays: Any, depth: int = 0) -> Any:
-        if getattr(node, "model", None) == "scorez" and "slow" in str(getattr(call, "path", "")):
-            await asyncio.sleep(0.3)
-        return await real(self, node, call, arrays, depth)
+        slow, model = "slow" in str(getattr(call, "path", "")), getattr(node, "model", None)
+        if model == "scorez" and slow:
+            await asyncio.sleep(60)  # stopped here, once the fast member answers
+        if model == "scorez" and not slow:
+            await embedded[0].wait()  # the fast member answers once the slow one's step has
+        answer = await real(self, node, call, arrays, depth)
+        if model == "embed" and slow:
+            embedded[0].set()
+        return answer
 
     monkeypatch.setattr(runner, "run", slowed)
 
     async def scored() -> Any:
+        embedded.append(asyncio.Event())
         done = await score_many(demo.predictions, acme, "hedge", Records({"input": np.asarray([ROWS[0]] * 2, dtype=np.float32)}), max_rows=16)
-        await asyncio.sleep(0.1)  # the stopped member's way out
+        for _ in range(20):  # the stopped member's way out
+            await asyncio.sleep(0.01)
         return done
 
     assert not run(scored()).errors
