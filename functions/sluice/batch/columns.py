@@ -16,7 +16,7 @@ import numpy as np
 
 from sluice.batch.pieces import EXACT_INTEGERS, exact_type
 from sluice.codecs.arrow_numbers import from_numbers, to_numbers, to_text
-from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
+from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, integer_range
 from sluice.domain.errors import InvalidInput
 from sluice.domain.values import number_of, parse_number
 
@@ -266,7 +266,7 @@ def _parse_integers(array: Any, name: str, datatype: str, reasons: np.ndarray) -
     """Text to the 64-bit integers it writes, exactly (as floats, two ids past 2**53 would be
     one): a chunk of plain integers cast at once; any other as `_parse_numbers` reads text (as
     floats, which hold every value below 2**53 exactly), unless a value is past 2**53: then
-    each value by itself, exactly (`_whole_of`)."""
+    each value by itself, exactly (`whole_of`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -283,38 +283,38 @@ def _parse_integers(array: Any, name: str, datatype: str, reasons: np.ndarray) -
         if (pc.max(pc.abs(floats)).as_py() or 0.0) < 2.0**53:  # NaN and infinity too are said as floats are
             blame(reasons, ~np.equal(said, None), said)
             return floats
-    low, high = (0, 2**64) if datatype == "UINT64" else (-(2**63), 2**63)
     parsed: list[int | None] = []
     shown: list[str] = []
     for text in array.to_pylist():
-        value, why = (None, "") if text is None else _whole_of(text, name, datatype, low, high)
+        value, why = (None, "") if text is None else whole_of(text, name, datatype)
         parsed.append(value)
         shown.append(why)
     blame(reasons, np.asarray([bool(w) for w in shown], dtype=bool), np.asarray(shown, dtype=object))
     return pa.array(parsed, type=target)
 
 
-def _whole_of(text: str, name: str, datatype: str, low: int, high: int) -> tuple[int | None, str]:
-    """The whole number `text` writes, exactly, within [low, high); or why not."""
+def whole_of(value: int | float | str, name: str, datatype: str) -> tuple[int | None, str]:
+    """The whole number `value` is, within the integer `datatype`'s range, or why not: text as
+    NUMBER reads it, exactly (`5.0`, `1e3` and `9007199254740993.0` are the integers written,
+    not the floats near them); a float where it is whole."""
     from decimal import Decimal, InvalidOperation
 
-    number = number_of(text)
+    number = number_of(value) if isinstance(value, str) else value
     if number is None:
-        return None, f"'{name}' is not a number: {text[:40]!r}"
+        return None, f"'{name}' is not a number: {str(value)[:40]!r}"
     if isinstance(number, float):
         if number != number or number in (float("inf"), float("-inf")):
             return None, f"'{name}' is {'NaN' if number != number else 'infinite'}"
         try:
-            exact = Decimal(text.strip(" \t"))  # `5.0`, `1e3`: the number written, not a float near it
+            exact = Decimal(value.strip(" \t")) if isinstance(value, str) else Decimal(number)
         except InvalidOperation:  # an exponent past Decimal's: the float read says it (`1e-99…9` is 0)
             exact = Decimal(number)
         if exact != exact.to_integral_value():
             return None, f"'{name}' must be a whole number"
-        if not exact:
-            return 0, ""
-        if exact.adjusted() > 20:
+        if exact and exact.adjusted() > 20:
             return None, f"'{name}' is out of range for {datatype}"
         number = int(exact)
+    low, high = integer_range(datatype)
     if not low <= number < high:
         return None, f"'{name}' is out of range for {datatype}"
     return number, ""

@@ -5,6 +5,7 @@ one bad line costs one row."""
 from __future__ import annotations
 
 import io
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -256,31 +257,17 @@ NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 def _integer(value: Any, name: str, arrow_type: Any, line: bytes) -> tuple[int | None, str | None]:
     """A JSON value for a 64-bit integer input's column: the integer it is, exactly (a number
     written with a point or an exponent too: `5.0`, `9007199254740993.0` as its text says, not
-    as the float near it); text as NUMBER reads it, exactly; or why not."""
+    as the float near it); text as NUMBER reads it, exactly; or why not (`columns.whole_of`)."""
     import pyarrow as pa
 
-    from sluice.batch.columns import _whole_of
+    from sluice.batch.columns import whole_of
 
-    unsigned = pa.types.is_unsigned_integer(arrow_type)
-    low, high = (0, 2**64) if unsigned else (-(2**63), 2**63)
-    datatype = "UINT64" if unsigned else "INT64"
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None, f"'{name}' is not a number: {str(value)[:40]!r}"
-    if isinstance(value, str):
-        found, why = _whole_of(value, name, datatype, low, high) if value else (None, f"'{name}' is not a number: ''")
-        return found, why or None
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            return None, f"'{name}' is {'NaN' if value != value else 'infinite'}"
-        if abs(value) >= 2.0**53:  # the float may not be what was written: its text is
-            found, why = _whole_of(_as_written(line, name), name, datatype, low, high)
-            return found, why or None
-        if not value.is_integer():
-            return None, f"'{name}' must be a whole number"
-        value = int(value)
-    if not low <= value < high:
-        return None, f"'{name}' is out of range for {datatype}"
-    return value, None
+    if isinstance(value, float) and math.isfinite(value) and abs(value) >= 2.0**53:  # the float may not be what was written: its text is
+        value = _as_written(line, name)
+    found, why = whole_of(value, name, "UINT64" if pa.types.is_unsigned_integer(arrow_type) else "INT64")
+    return found, why or None
 
 
 def _whole(written: str) -> str:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sluice.batch.uris import join
+from sluice.codecs.datatypes import exact_integers_below
 from sluice.codecs.stored_rows import encode_rows
 from sluice.domain import now
 from sluice.domain.errors import BadRequest, NotFound, SluiceError, Unavailable
@@ -68,7 +69,7 @@ class Publishing:
         self._lock = threading.Lock()
         self.described: Publication | None = None
         self._keys: list[np.ndarray] = []  # the chunk's rows published: each one's key digest and row (`KEYS`)
-        self.exact: frozenset[str] = frozenset()  # the columns of 64-bit integer inputs (CSV reads their text), set by the scorer
+        self.exact: dict[str, str] = {}  # the columns of 64-bit integer inputs (CSV reads their text) and their datatypes, set by the scorer
 
     @property
     def key(self) -> str:
@@ -84,14 +85,14 @@ class Publishing:
             # A key read as floats (it is a numeric input of the model too): a whole number past
             # the type's exact integers may have been rounded as it was read (9007199254740993
             # reads as 9007199254740992), so it is no entity, never another one.
-            bound = float(2 ** (np.finfo(kind.to_pandas_dtype()).nmant + 1))
+            bound = exact_integers_below(np.dtype(kind.to_pandas_dtype()))
             values = [None if isinstance(v, float) and v.is_integer() and abs(v) >= bound else v for v in values]
         elif self.key in self.exact and self.key in table.column_names and pa.types.is_string(table.schema.field(self.key).type):
             # A 64-bit integer input's text (CSV): its entity is the integer it writes, as the
             # model reads it (`5.0`, ` 5` and `+5` are `5`), exactly.
-            from sluice.batch.columns import _whole_of
+            from sluice.batch.columns import whole_of
 
-            values = [v if v is None else _whole_of(v, self.key, "INT64", -(2**64), 2**64)[0] for v in values]
+            values = [v if v is None else whole_of(v, self.key, self.exact[self.key])[0] for v in values]
         found[:] = [entity_of(v) for v in values]
         missing = np.flatnonzero(np.equal(found, None) & np.equal(reasons, None))
         reasons[missing] = (

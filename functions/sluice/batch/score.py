@@ -120,7 +120,7 @@ class ChunkScorer:
         keys = list(spec.key_columns)
         publishing = Publishing(self.precomputed, spec, spec.publish) if spec.publish is not None and self.precomputed is not None else None
         if publishing is not None and spec.format == "csv":  # CSV reads their text (`pieces.arrow_types`)
-            publishing.exact = frozenset(c for feed in feeds if feed.width is None and feed.datatype in EXACT_INTEGERS for c in feed.columns)
+            publishing.exact = {c: feed.datatype for feed in feeds if feed.width is None and feed.datatype in EXACT_INTEGERS for c in feed.columns}
         columns = list(dict.fromkeys([*keys, *([publishing.key] if publishing else []), *needed_columns(feeds)]))
         run_rows = self._rows_per_call(resolved, feeds)
         # A row of a scalar input (rank 0) is its value alone: the bulk call scores it alone.

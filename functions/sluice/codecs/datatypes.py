@@ -51,6 +51,18 @@ UINT64_MAX = 2**64 - 1
 RANKED_TYPES = frozenset({"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "BF16", *FLOAT_TYPES})
 
 
+def integer_range(datatype: str) -> tuple[int, int]:
+    """The integers an integer datatype holds: from the first, up to (not with) the second."""
+    info = np.iinfo(V2_TO_NUMPY[datatype])
+    return int(info.min), int(info.max) + 1
+
+
+def exact_integers_below(dtype: np.dtype) -> float:
+    """Where a float type stops holding every whole number: below it in magnitude each is one of
+    its values (FP16 2,048; FP32 2**24; FP64 2**53), past it two may be one."""
+    return float(2 ** (np.finfo(dtype).nmant + 1))
+
+
 def v2_of_numpy(dtype: np.dtype) -> str:
     if dtype.kind in "US":
         return "BYTES"

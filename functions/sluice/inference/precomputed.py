@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.caching import TTLCache
+from sluice.codecs.datatypes import exact_integers_below
 from sluice.codecs.stored_rows import decode_rows
 from sluice.domain.errors import RowInvalid, Unavailable
 from sluice.domain.policy import MAX_DEPTH, first_branch
@@ -277,7 +278,7 @@ def _float_entities(values: np.ndarray) -> list[str | None]:
     none (answered live). Past that bound, or with a fraction, the input may have been
     rounded to its type (16,777,217 arrives as FP32 16,777,216): two ids would then read as one,
     and a row be answered another entity's stored answer."""
-    bound = float(2 ** (np.finfo(values.dtype).nmant + 1))
+    bound = exact_integers_below(values.dtype)
     exact = np.isfinite(values) & (np.abs(values) < bound) & (values == np.trunc(values))
     return [entity_of(int(v)) if ok else None for v, ok in zip(values.tolist(), exact.tolist(), strict=True)]
 

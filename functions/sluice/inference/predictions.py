@@ -38,14 +38,14 @@ from sluice.inference.cached_answers import count_hit, keep, look_up
 from sluice.inference.execution import MAX_REF_DEPTH, MIRROR, Call, PolicyRunner, no_routing, within
 from sluice.inference.graphs import answer_signature, input_signature
 from sluice.inference.inputs import decode_inputs
-from sluice.inference.outcomes import Outcomes, mark
+from sluice.inference.outcomes import Outcomes
 from sluice.inference.parsed import ParsedPolicies
+from sluice.inference.reports import Reports
 from sluice.inference.revisions import Revisions
 from sluice.inline import timeout
 from sluice.millis import ms3
 from sluice.observability import get_logger
 from sluice.settings import in_lambda
-from sluice.stats.held import CALL, HELD, LINE
 from sluice.stats.recorder import StatsRecorder
 from sluice.validation import check_inputs
 
@@ -114,6 +114,7 @@ class PredictionService:
         self.batcher = Batcher(enabled=not in_lambda())
         self.outcomes = Outcomes(telemetry, self.stats, self.deployment_of, lambda t, n: self._deployments.get((t, n)))
         self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher, functions, lookup_steps, precomputed)
+        self.reports = Reports(telemetry, self.outcomes, lambda: self.runner.lookup_steps)
 
     # The call -----------------------------------------------------------------------------
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
@@ -165,13 +166,13 @@ class PredictionService:
             answer = await within(self.runner.run(resolved.node, call, arrays), self.settings.request_timeout_s)
         except TimeoutError:
             error = DeadlineExceeded(f"no answer within {self.settings.request_timeout_s:g} s")
-            self._runtime_failed(dep, fields, error, call)
+            self.reports.runtime_failed(dep, fields, error, call)
             raise error from None
         except Accepted:
-            self._unreported(call)
+            self.reports.unreported(call)
             raise  # queued for asynchronous inference: neither an answer nor a failure
         except SluiceError as error:
-            self._runtime_failed(dep, fields, error, call)
+            self.reports.runtime_failed(dep, fields, error, call)
             raise
         finally:
             if call.chosen:  # answered, failed or queued alike: feedback may reward a failure
@@ -193,7 +194,7 @@ class PredictionService:
         elif answer.source is not None:  # a precomputed node's rows, by where they came from
             precomputed = answer.source.count("precomputed") if isinstance(answer.source, list) else rows * (answer.source == "precomputed")
             sources = (precomputed, rows - precomputed)
-        self._answered(fields, latency_ms, rows, cached, sources, call)
+        self.reports.answered(fields, latency_ms, rows, cached, sources, call)
         if call.mirrors and self.mirror is not None:
             await self._hand_off(call, latency_ms)
         if dep.capture is not None and self.capture is not None:  # sampled and queued, never waited on
@@ -202,43 +203,6 @@ class PredictionService:
             else:
                 self.capture.offer_records(dep, request.record_ids, request.record_offsets, answer, arrays, latency_ms, signature.inputs)
         return Prediction(resolved, answer, latency_ms, len(call.mirrors), batch=_as_batch(request))
-
-    def _answered(
-        self, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None, sources: tuple[int, int] | None, call: Call | None
-    ) -> None:
-        """The answered request's line and metrics, now; or, where counts are held (a stream's,
-        a bulk call's), once its answer stands, with its statistics (`sluice.stats.held`)."""
-        held = HELD.get()
-        if held is not None:
-            held.append((self, CALL.get(), LINE, (fields, latency_ms, rows, cached, sources, call)))
-        else:
-            self._line(fields, latency_ms, rows, cached, sources, call)
-
-    def _line(
-        self, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None, sources: tuple[int, int] | None, call: Call | None
-    ) -> None:
-        """The answered request's line and metrics (`Telemetry.prediction`); `call`: None for a
-        prediction cache hit (no lookups, no sessions)."""
-        looked, sessions = (call.looked or (), call.sessions) if call is not None else ((), None)
-        if not self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=cached, sources=sources, looked=looked, sessions=sessions) and call is not None:
-            self._unreported(call)
-
-    def _unanswered(self, call: Call | None) -> None:
-        """A held line dropped (its call split, or its records to come again): the lookups it
-        made are reported all the same, on their own lines (their store calls were made)."""
-        if call is not None:
-            self._unreported(call)
-
-    def _runtime_failed(self, dep: Deployment, fields: dict[str, Any], error: SluiceError, call: Call) -> None:
-        """A failure of the run itself: counted for batch jobs' calls too, as it always was."""
-        mark(error)
-        self._unreported(call)
-        self.outcomes.failed_as(dep.tenant, dep, error.status, error.code, fields)
-
-    def _unreported(self, call: Call) -> None:
-        """The request's lookups, where no prediction line took them: a line each."""
-        if call.looked and self.runner.lookup_steps is not None:
-            self.runner.lookup_steps.report(call.tenant, call.looked)
 
     def _keep(self, dep: Deployment, answer: Answer, request_id: str | None, rows: int) -> None:
         """The answer kept by request id for its ground truth (held; written by the flush),
@@ -262,7 +226,7 @@ class PredictionService:
             fields["variant"] = answer.variant
         rows = rows_of(arrays)
         count_hit(self.stats, resolved.deployment, lookup, latency_ms)
-        self._answered(fields, latency_ms, rows, True, None, None)
+        self.reports.answered(fields, latency_ms, rows, True, None, None)
         self._keep(resolved.deployment, answer, request_id, rows)
         return Prediction(resolved, answer, latency_ms, 0, cached=True, batch=batch)
 

@@ -27,7 +27,7 @@ HELD: ContextVar[list[Held] | None] = ContextVar("sluice_stats_held", default=No
 # start and the last ends, or None for a row each), as the prediction request carries them.
 CALL: ContextVar[tuple[Sequence[Any], Any] | None] = ContextVar("sluice_stats_call", default=None)
 FAILURE = "_failure"  # a held failure's metrics (`Outcomes.failed_as`): counted at once, as its call's failed request
-LINE = "_line"  # a held answer's line and metrics (`PredictionService._line`): written whole once any of its records' answers stand
+LINE = "line"  # a held answer's line and metrics (`inference.reports.Reports.line`): written whole once any of its records' answers stand
 
 
 def count_held(held: list[Held], kept: Sequence[bool]) -> None:
@@ -90,9 +90,9 @@ class _Scope(list):  # type: ignore[type-arg]
 
 def _dropped(recorder: Any, method: str, args: tuple[Any, ...]) -> None:
     """A held count not counted: an answer's line says, on their own lines, the lookups it made
-    (`PredictionService._unanswered`: their store calls were made all the same)."""
+    (`Reports.unanswered`: their store calls were made all the same)."""
     if method == LINE:
-        recorder._unanswered(args[-1])
+        recorder.unanswered(args[-1])
 
 
 def _pass_on(outer: list[Held] | None, held: list[Held]) -> None:
