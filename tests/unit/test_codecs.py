@@ -437,3 +437,15 @@ def test_a_row_refusal_copies_and_pickles_as_said() -> None:
     for again in (copy.copy(refused), pickle.loads(pickle.dumps(refused))):
         assert (type(again), str(again), again.field, again.details, again.row) == (RowInvalid, str(refused), "inputs.a", {"row": 3, "step": "s"}, 3)
     assert refused.at(7).message == "step 's': input 'a' holds lookup key 'k': row 7 is float '1.5'"
+
+
+def test_an_unknown_version_pickles_with_its_protocol_words() -> None:
+    """A process pool's hop keeps what each door says of a version a request names: sluice's
+    words of the model, and Triton's of the deployment for the protocol's doors."""
+    import pickle
+
+    from sluice.domain.errors import UnknownVersion
+
+    refused = pickle.loads(pickle.dumps(UnknownVersion("recs", 9, "model 'mlp' has no version 9")))
+    assert (type(refused), refused.message, refused.field, refused.status) == (UnknownVersion, "model 'mlp' has no version 9", "version", 404)
+    assert refused.protocol_message == "Request for unknown model: 'recs' version 9 is not found"

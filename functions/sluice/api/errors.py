@@ -19,7 +19,6 @@ from sluice.domain.errors import (
     RateLimited,
     SluiceError,
     StorageFault,
-    UnknownDeployment,
     UnsupportedEncoding,
 )
 from sluice.domain.policy import policy_field
@@ -89,7 +88,7 @@ def error_content(exc: Exception, path: str = "") -> tuple[int, dict[str, Any], 
         if isinstance(exc, StorageFault):  # the operator's to fix: said where they look
             get_logger().error("storage fault", extra={"path": path, "code": exc.code, "storage": exc.storage, "cause": repr(exc.__cause__)})
         body = exc.to_dict()
-        if isinstance(exc, UnknownDeployment) and path.startswith("/v2/"):  # the words Triton's clients test for
+        if path.startswith("/v2/") and exc.protocol_message is not None:  # the words Triton's clients test for
             body["error"] = exc.protocol_message
         return exc.status, body, headers
     if isinstance(exc, RequestValidationError):

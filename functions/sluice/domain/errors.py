@@ -34,6 +34,12 @@ class SluiceError(Exception):
             body["details"] = self.details
         return body
 
+    @property
+    def protocol_message(self) -> str | None:
+        """The words the Open Inference Protocol's doors say instead of `message`, where Triton's
+        clients test Triton's own (None: `message` itself)."""
+        return None
+
 
 class BadRequest(SluiceError):
     status, code = 400, "bad_request"
@@ -103,6 +109,23 @@ class UnknownDeployment(NotFound):
     @property
     def protocol_message(self) -> str:
         return f"Request for unknown model: '{self.name}' is not found"
+
+
+class UnknownVersion(NotFound):
+    """A version a request names that the deployment's model does not have: `message` as the
+    registry says it (the model's name); the protocol's doors say Triton's words of the
+    deployment (the protocol's model) and the version, as Triton's clients test them."""
+
+    def __init__(self, deployment: str, version: int, message: str) -> None:
+        super().__init__(message, field="version")
+        self.deployment, self.version = deployment, version
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return UnknownVersion, (self.deployment, self.version, self.message)
+
+    @property
+    def protocol_message(self) -> str:
+        return f"Request for unknown model: '{self.deployment}' version {self.version} is not found"
 
 
 class RequestTimeout(SluiceError):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from sluice.domain.errors import Accepted, BadRequest, SluiceError, UnknownDeployment
+from sluice.domain.errors import Accepted, BadRequest, SluiceError
 from sluice.observability import get_logger
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def status_of(exc: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, st
         retry = exc.details.get("retry_after_s")
         if retry is not None:
             trailer.append(("retry-after", str(retry)))
-        message = exc.protocol_message if isinstance(exc, UnknownDeployment) else exc.message  # Triton's words
+        message = exc.protocol_message or exc.message  # Triton's words where its clients test them
         return code, _within(message, MAX_MESSAGE_BYTES), tuple(trailer)
     get_logger().exception("unhandled gRPC error")
     return Code.INTERNAL, INTERNAL, ()

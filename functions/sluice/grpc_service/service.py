@@ -25,7 +25,14 @@ from sluice import __version__
 from sluice.api.deps import MISSING_KEY, authenticate, request_id
 from sluice.codecs.classification import asked
 from sluice.codecs.plain import who_answered
-from sluice.domain.errors import BadRequest, PayloadTooLarge, SluiceError, Unauthenticated
+from sluice.domain.errors import (
+    BadRequest,
+    PayloadTooLarge,
+    SluiceError,
+    Unauthenticated,
+    UnknownDeployment,
+    UnknownVersion,
+)
 from sluice.domain.requests import PredictionRequest, TensorInputs, routing_key_of
 from sluice.domain.values import parse_version
 from sluice.grpc_service.calls import (
@@ -152,8 +159,13 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         )
 
     async def ModelReady(self, request: Any, context: ServicerContext) -> Any:
+        """A deployment or a version the tenant does not have is not ready (false, as Triton
+        answers a model or a version it does not have), never NOT_FOUND."""
         async with self._tenant_call(context) as (principal, _):
-            resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
+            try:
+                resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
+            except (UnknownDeployment, UnknownVersion):
+                return pb.ModelReadyResponse(ready=False)
             ready = await ready_to_answer(self.container.runtimes, resolved.version)
         return pb.ModelReadyResponse(ready=ready)
 

@@ -27,6 +27,7 @@ from sluice.domain.errors import (
     SluiceError,
     Unavailable,
     UnknownDeployment,
+    UnknownVersion,
 )
 from sluice.domain.policy import MAX_DEPTH, Single, first_branch, walk
 from sluice.domain.requests import RowInputs, UploadInputs
@@ -289,7 +290,12 @@ class PredictionService:
             node = first = Single(model=first.model, version=version)
         answering = self.cached_version(tenant, first.model, first.version)  # type: ignore[union-attr]
         if answering is None:
-            answering = await self.version_of(tenant, first.model, first.version)  # type: ignore[union-attr]
+            try:
+                answering = await self.version_of(tenant, first.model, first.version)  # type: ignore[union-attr]
+            except NotFound as exc:  # a version the request names: said of the deployment too (the protocol's model)
+                if version is None or exc.field != "version":
+                    raise
+                raise UnknownVersion(deployment, version, exc.message) from None
         if node.kind == "single":
             return Resolved(dep, node, answering)
         takes = await input_signature(self.runner, node, tenant)

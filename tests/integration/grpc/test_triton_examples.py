@@ -138,11 +138,35 @@ def test_the_unknown_model_in_tritons_words_with_sluices_code(grpc_url: str, htt
     own = http.get("/api/v1/deployments/wrong_model_name", headers=auth(keys["acme"]))
     assert own.json()["error"] == "deployment 'wrong_model_name' not found"
     client = grpcclient.InferenceServerClient(grpc_url)
-    for call in (client.get_model_metadata, client.is_model_ready):
-        ex = fails(call, "wrong_model_name", headers=auth(keys["acme"]))
-        assert ex.message().startswith("Request for unknown model") and ex.status() == "StatusCode.NOT_FOUND"
+    ex = fails(client.get_model_metadata, "wrong_model_name", headers=auth(keys["acme"]))
+    assert ex.message().startswith("Request for unknown model") and ex.status() == "StatusCode.NOT_FOUND"
     ex = fails(client.infer, "wrong_model_name", [_iris_input(grpcclient)], headers=auth(keys["acme"]))
     assert ex.message().startswith("Request for unknown model")
+    # A model it does not have is not ready, as Triton answers: false, not an error.
+    assert client.is_model_ready("wrong_model_name", headers=auth(keys["acme"])) is False
+
+
+def test_an_unknown_version_in_tritons_words_with_sluices_code(grpc_url: str, http: TestClient, keys: dict[str, str]) -> None:
+    """Triton's own client tests (test_unknown_model_version, test_model_specific_infer) ask a
+    version the model lacks: its metadata fails in these words on both transports, and it is
+    not ready (false, not an error), while the versions it has are."""
+    words = "Request for unknown model: 'iris' version 99 is not found"
+    body = {"inputs": [{"name": "input", "shape": list(ROWS.shape), "datatype": "FP32", "data": ROWS.ravel().tolist()}]}
+    for method, path in (("GET", "/v2/models/iris/versions/99"), ("POST", "/v2/models/iris/versions/99/infer"), ("GET", "/v2/models/iris/versions/99/config")):
+        r = http.request(method, path, headers=auth(keys["acme"]), json=body if method == "POST" else None)
+        assert r.status_code == 404, r.text
+        assert r.json()["error"].startswith(words) and (r.json()["code"], r.json()["field"]) == ("not_found", "version")
+    assert http.get("/v2/models/iris/versions/99/ready", headers=auth(keys["acme"])).status_code == 404
+    # sluice's own routes keep sluice's words, naming the model.
+    own = http.post("/api/v1/predictions", json={"deployment": "iris", "version": 99, "inputs": [[6.7, 3.0, 5.2, 2.3]]}, headers=auth(keys["acme"]))
+    assert (own.status_code, own.json()["error"], own.json()["field"]) == (404, "model 'iris' has no version 99", "version")
+    client = grpcclient.InferenceServerClient(grpc_url)
+    ex = fails(client.get_model_metadata, "iris", "99", headers=auth(keys["acme"]))
+    assert ex.message().startswith(words) and ex.status() == "StatusCode.NOT_FOUND"
+    ex = fails(client.infer, "iris", [_iris_input(grpcclient)], model_version="99", headers=auth(keys["acme"]))
+    assert ex.message().startswith(words) and ex.status() == "StatusCode.NOT_FOUND"
+    assert client.is_model_ready("iris", "99", headers=auth(keys["acme"])) is False
+    assert client.is_model_ready("iris", "1", headers=auth(keys["acme"])) is True
 
 
 def test_the_extensions_served_are_listed_on_both_transports(grpc_url: str, http: TestClient) -> None:
