@@ -17,7 +17,7 @@ JOB = BatchJob(
 
 def test_a_job_on_the_wire_groups_its_counters_and_keeps_its_own_fields_private() -> None:
     assert job_out(JOB) == {
-        "id": "job-1", "status": "FAILED", "deployment": "iris", "revision": 3, "input_uri": "s3://b/inbox/acme/iris/day.csv",
+        "id": "job-1", "status": "FAILED", "deployment": "iris", "revision": 3, "refs": None, "input_uri": "s3://b/inbox/acme/iris/day.csv",
         "output_uri": "s3://b/outbox/acme/job-1/", "format": "csv", "output_format": "parquet", "key_columns": ["id"],
         "source": "upload",
         "progress": {"chunks_done": 2, "chunks_total": 3, "rows_done": 7, "rows_total": 10},

@@ -32,6 +32,7 @@ def manifest(
         "tenant": job.tenant,
         "deployment": job.deployment,
         "revision": job.revision,
+        "refs": job.refs or {},
         "status": status,
         "error": error,
         "input": job.input_uri,

@@ -99,6 +99,7 @@ class JobSpec:
     key_types: dict[str, str] = field(default_factory=dict)  # unused (key columns of text inputs are text)
     publish: PublishTarget | None = None  # the table of precomputed answers its rows are written into
     revision: int | None = None  # the deployment's revision every chunk is scored by (`BatchJob.revision`)
+    refs: dict[str, int] | None = None  # the revisions of the deployments it references (`BatchJob.refs`)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -112,6 +113,7 @@ class JobSpec:
         return cls(**{
             **data, "key_columns": tuple(data.get("key_columns") or ()), "columns": tuple(data.get("columns") or ()),
             "key_types": dict(data.get("key_types") or {}), "publish": PublishTarget.parse(data.get("publish")),
+            "refs": None if data.get("refs") is None else {str(k): int(v) for k, v in data["refs"].items()},
         })  # fmt: skip
 
 
@@ -188,6 +190,7 @@ def plan_job(
         key_types={},
         publish=job.publish,
         revision=job.revision,
+        refs=job.refs,
     )
     return Plan(spec, chunks, sum(c.rows for c in chunks))
 

@@ -162,10 +162,12 @@ class BatchRunner:
         if not self.registry.list_chunks(tenant, job_id):
             self._clear_results(job)
         # The deployment's policy is pinned here, as it stands when the job starts: every chunk
-        # is scored by that revision (`JobSpec.revision`), whatever the deployment becomes
-        # meanwhile. A Plan repeated keeps the revision it pinned.
-        resolved = run(self.predictions.resolve(principal, job.deployment, revision=job.revision))
-        job = replace(job, revision=resolved.deployment.revision)
+        # is scored by that revision (`JobSpec.revision`), and follows the deployments it
+        # references at theirs (`JobSpec.refs`), whatever the deployments become meanwhile. A
+        # Plan repeated keeps what it pinned.
+        resolved = run(self.predictions.resolve(principal, job.deployment, revision=job.revision, refs=job.refs))
+        refs = job.refs if job.refs is not None else run(self.predictions.pin_refs(tenant, resolved.node))
+        job = replace(job, revision=resolved.deployment.revision, refs=refs)
         run(check_answers_in_place(self.predictions, tenant, resolved.node, what="a batch job"))
         plan = plan_job(
             job,
@@ -182,7 +184,7 @@ class BatchRunner:
         found = {"format": plan.spec.format} if plan.spec.format != job.format else {}  # many objects: their format
         self.registry.update_job(
             tenant, job_id, status="RUNNING", chunks_total=len(plan.chunks),
-            rows_total=plan.rows_total, started_at=job.started_at or now(), revision=job.revision, **found,
+            rows_total=plan.rows_total, started_at=job.started_at or now(), revision=job.revision, refs=job.refs, **found,
         )  # fmt: skip
         bucket, key = bucket_and_key(uri)
         chunks: dict[str, Any] = {"uri": uri, "count": len(plan.chunks)}

@@ -103,8 +103,9 @@ class ChunkScorer:
         nothing more into a generation that may be served by now."""
         started = time.monotonic()
         principal = Principal(spec.tenant, frozenset({"predict"}), f"batch:{spec.job_id}")
-        # The policy the job started with (`JobSpec.revision`), whatever the deployment is now.
-        resolved = run(self.predictions.resolve(principal, spec.deployment, revision=spec.revision))
+        # The policy the job started with (`JobSpec.revision`, and the revisions of the
+        # deployments it references, `JobSpec.refs`), whatever the deployments are now.
+        resolved = run(self.predictions.resolve(principal, spec.deployment, revision=spec.revision, refs=spec.refs))
         signature = resolved.version.signature
         available = list(spec.columns)
         if spec.format == "jsonl":  # fields vary by line: a missing one fails its row only
@@ -281,7 +282,7 @@ class ChunkScorer:
         records = Records({name: array[share] for name, array in arrays.items()}, scalars=scalars)
         outcomes = run(score_many(
             self.predictions, principal, spec.deployment, records,
-            max_rows=run_rows, mirrors=False, stop_on_retry=True, on_result=present, revision=spec.revision,
+            max_rows=run_rows, mirrors=False, stop_on_retry=True, on_result=present, revision=spec.revision, refs=spec.refs,
         ))  # fmt: skip
         for error in outcomes.errors:
             if error.retry:

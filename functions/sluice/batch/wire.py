@@ -110,6 +110,10 @@ class BatchJobOut(WireModel):
         None, description="The deployment's revision every row is scored by: its policy as it stood when the job started "
         "(none before then), whatever the deployment becomes meanwhile.",
     )
+    refs: dict[str, int] | None = Field(
+        None, description="The revisions of the deployments that policy references (`ref`), and those they reference, "
+        "pinned with it: every row follows each reference at its revision here (none before the job started).",
+    )
     input_uri: str
     output_uri: str
     format: str

@@ -37,7 +37,7 @@ MOVES: dict[str, frozenset[str]] = {
 }
 # The fields `Registry.update_job` may set besides the status; counters are never set, only added.
 UPDATABLE: frozenset[str] = frozenset(
-    {"chunks_total", "rows_total", "started_at", "finished_at", "error", "execution", "format", "worker", "heartbeat_at", "revision", "finalizing_at"}
+    {"chunks_total", "rows_total", "started_at", "finished_at", "error", "execution", "format", "worker", "heartbeat_at", "revision", "refs", "finalizing_at"}
 )
 ERROR_CHARS = 2000
 
@@ -202,6 +202,9 @@ class BatchJob:
     # The deployment's revision the job scores with: its policy as it stood when the job
     # started (Plan), for every chunk, whatever the deployment becomes meanwhile.
     revision: int | None = None
+    # The revisions of the deployments that policy references (`ref`), and those they reference,
+    # pinned with it: every chunk follows each reference at its pinned revision. None before Plan.
+    refs: dict[str, int] | None = None
     # When Finalize began (it seals the job): from then on no try of a chunk writes into the
     # job's folder or table (`BatchRunner._may_write`), so what Finalize checks and publishes
     # stays what the recorded chunks wrote, whatever try of a chunk is still running.
@@ -270,6 +273,7 @@ class BatchJob:
             worker=data.get("worker") or "",
             heartbeat_at=moment("heartbeat_at"),
             revision=number("revision"),
+            refs=None if data.get("refs") is None else {str(k): int(v) for k, v in data["refs"].items()},
             finalizing_at=moment("finalizing_at"),
         )
 

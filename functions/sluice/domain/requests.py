@@ -140,6 +140,7 @@ class PredictionRequest:
     record_ids: Sequence[Any] | None = None
     record_offsets: np.ndarray | None = None
     revision: int | None = None  # the deployment's policy as it stood at this revision (a batch job's, pinned)
+    refs: Mapping[str, int] | None = None  # the deployments its policy references, at these revisions (pinned with `revision`)
 
     def routing_value(self, name: str) -> str | None:
         return self.routing_key or header_of(self.headers, name) or None

@@ -213,6 +213,7 @@ async def score_many(
     resolved: Resolved | None = None,
     on_result: Callable[[Result], object] | None = None,
     revision: int | None = None,
+    refs: Mapping[str, int] | None = None,
 ) -> Outcomes:
     """Score every record for `principal`: through deployment `target` (`predict`, its
     routing, checks, statistics), or through policy node `target` (`run_node`, for
@@ -224,7 +225,8 @@ async def score_many(
     signature), so it is not looked up again here. `on_result`: called with each result as
     its call answers, before the next call (a driver that presents on this thread then
     overlaps its presenting with other threads' inference). `revision`: every call scored by the
-    deployment's policy as it stood at that revision (`PredictionService.resolve`)."""
+    deployment's policy as it stood at that revision, and `refs` the deployments it references at
+    theirs (`PredictionService.resolve`)."""
     with answering_in_place(True):  # nothing reads a queued answer: too large is split, never queued
         count = len(records)
         out = Outcomes(count)
@@ -233,13 +235,13 @@ async def score_many(
         if isinstance(target, str) and (resolved is None or routed):
             try:
                 if resolved is None:
-                    resolved = await predictions.resolve(principal, target, revision=revision)
+                    resolved = await predictions.resolve(principal, target, revision=revision, refs=refs)
             except Exception as exc:  # the deployment itself: every record waits for the same answer
                 if not isinstance(exc, SluiceError):
                     get_logger().warning("bulk call failed unexpectedly", exc_info=True, extra={"records": count})
                 out._error(Error(slice(0, count), exc, _retryable(exc)), count)
                 return out
-        bulk = _Bulk(predictions, principal, target, records, offsets, out, mirrors, stop_on_retry, on_result, revision)
+        bulk = _Bulk(predictions, principal, target, records, offsets, out, mirrors, stop_on_retry, on_result, revision, refs)
         if not routed and offsets is None and 0 < count <= max_rows and not records.scalars:  # the common case: one call
             await bulk.call(slice(0, count), None, None)
         else:
@@ -254,20 +256,20 @@ class _Bulk:
     """One `score_many`: its calls, and the bisecting of a refused one."""
 
     __slots__ = (
-        "arrays", "ids", "mirrors", "offsets", "on_result", "out", "predictions", "principal", "revision", "rows", "scalars", "stop_on_retry", "stopped",
+        "arrays", "ids", "mirrors", "offsets", "on_result", "out", "predictions", "principal", "refs", "revision", "rows", "scalars", "stop_on_retry", "stopped",
         "target",
     )  # fmt: skip
 
     def __init__(
         self, predictions: PredictionService, principal: Principal, target: str | Node, records: Records,
         offsets: np.ndarray | None, out: Outcomes, mirrors: bool, stop_on_retry: bool, on_result: Callable[[Result], object] | None,
-        revision: int | None = None,
+        revision: int | None = None, refs: Mapping[str, int] | None = None,
     ) -> None:  # fmt: skip
         self.predictions, self.principal, self.target = predictions, principal, target
         self.arrays, self.offsets, self.out, self.ids, self.scalars = records.arrays, offsets, out, records.ids, records.scalars
         # Every row: the arrays as they are (never with scalars: each call takes one record's).
         self.rows = -1 if not records.arrays or records.scalars else rows_of(records.arrays)
-        self.mirrors, self.stop_on_retry, self.on_result, self.revision = mirrors, stop_on_retry, on_result, revision
+        self.mirrors, self.stop_on_retry, self.on_result, self.revision, self.refs = mirrors, stop_on_retry, on_result, revision, refs
         self.stopped: Error | None = None
 
     async def call(self, chosen: Selection, variant: str | None, key: str | None) -> None:
@@ -338,7 +340,7 @@ class _Bulk:
             ids = None if self.ids is None else self.ids[chosen] if isinstance(chosen, slice) else [self.ids[i] for i in chosen.tolist()]
             request = PredictionRequest(
                 self.target, ArrayInputs(arrays), variant=variant, routing_key=key, mirrors=self.mirrors, record_ids=ids, record_offsets=offsets,
-                revision=self.revision,
+                revision=self.revision, refs=self.refs,
             )  # fmt: skip
             tag = (ids, offsets)
             token = CALL.set(tag) if ids is not None else None  # what its statistics are counted for

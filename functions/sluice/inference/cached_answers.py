@@ -46,7 +46,7 @@ async def look_up(
     looking = time.perf_counter()
     functions = service.runner.functions
     refused = None if functions is None else (lambda n: functions.refusal(n, call.tenant) is not None)  # type: ignore[arg-type]
-    route = await route_of(node, call, service.deployment_of, refused)
+    route = await route_of(node, call, service.referenced, refused)  # a reference as the call follows it
     if route is None:
         return None
     key = answer_key(dep, route, outputs, arrays)

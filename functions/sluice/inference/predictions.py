@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from sluice.caching import TTLCache
@@ -29,7 +30,7 @@ from sluice.domain.errors import (
     UnknownDeployment,
     UnknownVersion,
 )
-from sluice.domain.policy import MAX_DEPTH, Single, first_branch, walk
+from sluice.domain.policy import MAX_DEPTH, Single, first_branch, referenced_deployments, walk
 from sluice.domain.requests import RowInputs, UploadInputs
 from sluice.domain.results import Prediction, Resolved, rows_of
 from sluice.domain.signature import Signature
@@ -73,6 +74,12 @@ if TYPE_CHECKING:
     from sluice.runtimes.functions import FunctionSteps
     from sluice.runtimes.lookups import LookupSteps
     from sluice.settings import PredictionSettings
+
+
+# The revisions of the deployments a policy references (`ref`), pinned with the policy's own (a
+# batch job's, `BatchJob.refs`): while set, every reference is followed at its pinned revision
+# (`PredictionService.referenced`), so one job is scored by one set of policies throughout.
+PINNED_REFS: ContextVar[Mapping[str, int] | None] = ContextVar("sluice_pinned_refs", default=None)
 
 
 class PredictionService:
@@ -119,12 +126,17 @@ class PredictionService:
 
     # The call -----------------------------------------------------------------------------
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
-        """The prediction; whatever fails in it is counted once (`sluice.inference.outcomes`)."""
+        """The prediction; whatever fails in it is counted once (`sluice.inference.outcomes`).
+        A request whose references are pinned (`refs`: a batch job's) follows them there."""
+        pinned = PINNED_REFS.set(request.refs) if request.refs is not None else None
         try:
             return await self._predict(principal, request)
         except SluiceError as error:
             await self.outcomes.failed(principal.tenant, request.deployment, error, fields=request.log_fields)
             raise
+        finally:
+            if pinned is not None:
+                PINNED_REFS.reset(pinned)
 
     async def _predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
         started = time.perf_counter()
@@ -262,11 +274,22 @@ class PredictionService:
 
     # Resolving, cached briefly per container; a miss reads in a thread ---------------------
     async def resolve(
-        self, principal: Principal, deployment: str, *, version: int | None = None, revision: int | None = None
-    ) -> Resolved:
+        self, principal: Principal, deployment: str, *, version: int | None = None, revision: int | None = None,
+        refs: Mapping[str, int] | None = None,
+    ) -> Resolved:  # fmt: skip
         """`revision`: the deployment's policy as it stood at that revision, whatever it is now
         (a batch job's, pinned when it started: one job is scored by one policy); NotFound
-        when that revision can no longer be read, never another policy in its place."""
+        when that revision can no longer be read, never another policy in its place. `refs`:
+        the deployments it references, followed at those revisions (`PINNED_REFS`)."""
+        if refs is None:
+            return await self._resolve(principal, deployment, version, revision)
+        pinned = PINNED_REFS.set(refs)
+        try:
+            return await self._resolve(principal, deployment, version, revision)
+        finally:
+            PINNED_REFS.reset(pinned)
+
+    async def _resolve(self, principal: Principal, deployment: str, version: int | None, revision: int | None) -> Resolved:
         principal.require("predict")
         tenant = principal.tenant
         # Cache hits stay synchronous: an `await` costs even when nothing waits.
@@ -357,7 +380,40 @@ class PredictionService:
         return self._deployments.put(key, found) if self._forgotten == forgotten else found
 
     async def node_of(self, tenant: str, deployment: str) -> Node:
-        return (await self.deployment_of(tenant, deployment))[1]
+        """The policy of the deployment a `ref` names (`referenced`)."""
+        return (await self.referenced(tenant, deployment))[1]
+
+    async def referenced(self, tenant: str, name: str) -> tuple[Deployment, Node]:
+        """The deployment a `ref` names, as it stands; inside a call whose references are pinned
+        (`PINNED_REFS`), at the revision pinned for it (NotFound where that revision can no
+        longer be read, never another policy in its place). Every path that follows a reference
+        (running it, deriving what a policy takes and answers, the prediction cache's route)
+        reads it here."""
+        dep, node = await self.deployment_of(tenant, name)
+        pins = PINNED_REFS.get()
+        pinned = pins.get(name) if pins else None
+        if pinned is not None and pinned != dep.revision:
+            return await self.revisions.at(dep, pinned)
+        return dep, node
+
+    async def pin_refs(self, tenant: str, node: Node) -> dict[str, int]:
+        """The revisions of the deployments `node` references, and those they reference in
+        turn, as they stand now (or as already pinned, `PINNED_REFS`): what a batch job pins
+        with its own revision. A reference to a deployment not there is left out (followed as
+        it is when a row reaches it, failing as it does)."""
+        pins: dict[str, int] = {}
+        todo = [node]
+        while todo:
+            for name in referenced_deployments(todo.pop()):
+                if name in pins:
+                    continue
+                try:
+                    dep, policy = await self.referenced(tenant, name)
+                except UnknownDeployment:
+                    continue
+                pins[name] = dep.revision
+                todo.append(policy)
+        return pins
 
     def cached_version(self, tenant: str, model: str, number: int) -> ModelVersion | None:
         return self._versions.get((tenant, model, number))

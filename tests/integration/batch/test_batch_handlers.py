@@ -86,6 +86,7 @@ def test_every_score_task_scores_with_the_revision_plan_pinned(wired: Container,
     planned = handlers.plan(event("batch_plan", job_id=job.id), LambdaContext())
     pinned = wired.deployments.get(acme, "iris").revision
     assert planned["job"]["revision"] == pinned and wired.batch.get(acme, job.id).revision == pinned
+    assert planned["job"]["refs"] == {} == wired.batch.get(acme, job.id).refs  # a policy that references none
     items = json.loads((tmp_path / "home" / "batch" / "work" / "acme" / job.id / "chunks.json").read_text())
     assert len(items) >= 2
     for item in items:

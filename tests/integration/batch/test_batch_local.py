@@ -360,6 +360,58 @@ def test_a_job_scores_every_chunk_with_the_deployment_as_it_stood_when_it_starte
     assert json.loads((tmp_path / "later" / "_manifest.json").read_text())["versions"] == {"iris:2": 3000}
 
 
+def test_a_job_follows_the_deployments_its_policy_references_as_they_stood_when_it_started(
+    batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/batch.md: a policy that references another deployment (`ref`), through another,
+    follows each at the revision it stood at when the job started: one updated while the job
+    runs is for the jobs after it, as the job's own deployment is. The record and the manifest
+    name those revisions."""
+    batch.models.push(acme, "iris", (Path(__file__).parents[3] / "models" / "iris_forest.onnx").read_bytes())
+    batch.deployments.create(acme, "middle", {"kind": "ref", "deployment": "iris"})
+    batch.deployments.create(acme, "front", {"kind": "ref", "deployment": "middle"})
+    pinned = {"iris": batch.deployments.get(acme, "iris").revision, "middle": batch.deployments.get(acme, "middle").revision}
+    path = write_input(tmp_path / "in.csv", iris_rows(3000))
+    job = batch.batch.submit(acme, deployment="front", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+    _update_after_first_chunk(monkeypatch, lambda: batch.deployments.update(acme, "iris", {"kind": "single", "model": "iris", "version": 2}))
+    LocalOrchestrator(batch.batch_runner, concurrency=1).run(acme.tenant, job.id)
+    done = batch.batch.get(acme, job.id)
+    assert done.status == "SUCCEEDED" and done.chunks_total is not None and done.chunks_total > 1, done.error
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    assert manifest["versions"] == {"iris:1": 3000}
+    assert done.refs == manifest["refs"] == pinned and batch.deployments.get(acme, "iris").revision > pinned["iris"]
+    monkeypatch.undo()
+    later = run_job(batch, acme, path, deployment="front", output_uri=str(tmp_path / "later"))  # the next job: the new version
+    assert later.refs == {**pinned, "iris": batch.deployments.get(acme, "iris").revision}
+    assert json.loads((tmp_path / "later" / "_manifest.json").read_text())["versions"] == {"iris:2": 3000}
+
+
+def test_a_job_whose_referenced_deployment_was_made_again_meanwhile_fails_saying_so(
+    batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A referenced deployment's pinned revision that can no longer be read fails the chunks
+    left, as the job's own: never scored by another policy."""
+    batch.models.push(acme, "iris", (Path(__file__).parents[3] / "models" / "iris_forest.onnx").read_bytes())
+    batch.deployments.create(acme, "front", {"kind": "ref", "deployment": "iris"})
+    started = batch.deployments.get(acme, "iris").revision
+    path = write_input(tmp_path / "in.csv", iris_rows(3000))
+    job = batch.batch.submit(acme, deployment="front", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+
+    def made_again() -> None:  # the job's own deployment stays (its history holds the revision pinned)
+        batch.deployments.update(acme, "front", {"kind": "single", "model": "iris", "version": 1})  # no longer referencing it,
+        batch.deployments.delete(acme, "iris")  # so it may be deleted
+        batch.deployments.create(acme, "iris", {"kind": "single", "model": "iris", "version": 2})
+        batch.deployments.update(acme, "front", {"kind": "ref", "deployment": "iris"})
+
+    _update_after_first_chunk(monkeypatch, made_again)
+    LocalOrchestrator(batch.batch_runner, concurrency=1).run(acme.tenant, job.id)
+    done = batch.batch.get(acme, job.id)
+    assert done.status == "FAILED" and done.chunks_done == 1, done.error
+    assert f"revision {started} of deployment 'iris' can no longer be read: the deployment was deleted" in (done.error or ""), done.error
+    assert set(json.loads((tmp_path / "out" / "_manifest.json").read_text())["versions"]) == {"iris:1"}
+    assert done.refs == {"iris": started}
+
+
 def test_a_job_whose_deployment_was_deleted_meanwhile_fails_saying_so(
     batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

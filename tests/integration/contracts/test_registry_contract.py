@@ -713,9 +713,11 @@ def test_jobs_round_trip_and_list_newest_first(registry: Registry) -> None:
 def test_job_status_moves_are_enforced_and_a_finished_job_stays_finished(registry: Registry) -> None:
     registry.create_job(job_of("job-1"))
     raises(Conflict, "status", lambda: registry.update_job(A, "job-1", status="SUCCEEDED"))
-    running = registry.update_job(A, "job-1", status="RUNNING", chunks_total=3, rows_total=30, started_at=5.0, revision=4)
+    running = registry.update_job(A, "job-1", status="RUNNING", chunks_total=3, rows_total=30, started_at=5.0, revision=4, refs={"base": 12, "b": 1})
     assert (running.status, running.chunks_total, running.rows_total, running.started_at) == ("RUNNING", 3, 30, 5.0)
     assert running.revision == registry.get_job(A, "job-1").revision == 4  # the deployment's revision Plan pinned
+    assert running.refs == registry.get_job(A, "job-1").refs == {"base": 12, "b": 1}  # and those of the deployments it references
+    assert type(registry.get_job(A, "job-1").refs["base"]) is int
     assert registry.update_job(A, "job-1", status="RUNNING", chunks_total=3).status == "RUNNING"  # a retried Plan
     done = registry.update_job(A, "job-1", status="SUCCEEDED", finished_at=9.0)
     assert done.finished_at == 9.0 and done.key_columns == ("customer",)
