@@ -306,6 +306,31 @@ def test_a_version_may_not_name_an_endpoint_sluice_made_for_another_tenant(clien
             assert r.json()["field"] == "config.endpoint_name"
 
 
+def test_a_version_may_not_name_another_tenants_endpoint_that_extends_one_of_its_own(client: TestClient, keys: dict[str, str]) -> None:
+    """Tenant `acme.prod`'s deployment `<digest>-scores` has an endpoint whose name is acme's
+    endpoint for `prod`, a hyphen, and more: an endpoint is its own name exactly, and a component
+    on one exactly the shape sluice gives it."""
+    from sluice.endpoints.names import component_name, endpoint_name
+
+    headers = auth(keys["acme"])
+    assert client.post("/api/v1/deployments", json={"name": "prod", "policy": {"kind": "single", "model": "iris", "version": 1}}, headers=headers).status_code == 201
+    mine = endpoint_name("acme", "prod")
+    theirs = endpoint_name("acme.prod", f"{mine.rsplit('-', 1)[1]}-scores")
+    assert theirs.startswith(mine + "-")
+    pushed = client.post("/api/v1/models/sm/versions", content=(MODELS / "iris.onnx").read_bytes(), headers={**headers, "content-type": "application/octet-stream"})
+    uri = pushed.json()["artifact_uri"]
+    cases = (
+        ("endpoint_name", theirs, 403), ("async_endpoint_name", theirs, 403), ("endpoint_name", mine, 201),
+        ("inference_component", component_name(mine, "blue"), 201), ("inference_component", component_name(theirs, "blue"), 403),
+    )  # fmt: skip
+    for key, name, status in cases:
+        config = {"endpoint_name": mine, key: name} if key != "endpoint_name" else {key: name}
+        r = client.post("/api/v1/models/sm/versions", json={"artifact_uri": uri, "runtime": "sagemaker", "config": config}, headers=headers)
+        assert r.status_code == status, (key, name, r.text)
+        if status == 403:
+            assert r.json()["field"] == f"config.{key}"
+
+
 def test_a_majority_vote_lists_each_class_once_with_its_share(client: TestClient, keys: dict[str, str]) -> None:
     """Rows of different labels: each class once in the answer, the winner's share the
     members' whole weight when they agree (a label met on several rows was listed again, its

@@ -304,7 +304,7 @@ class ModelService:
         (`sluice.endpoints.names`: predictable from its tenant's and deployment's names, and the
         API's role may invoke every one of them). Names are compared as SageMaker tells them
         apart, ignoring case: it makes endpoint names unique that way."""
-        from sluice.endpoints.names import endpoint_name
+        from sluice.endpoints.names import endpoint_name, shaped_for
 
         own: set[str] | None = None
         for key in ("endpoint_name", "async_endpoint_name", "inference_component"):
@@ -314,7 +314,14 @@ class ModelService:
             if own is None:
                 own = {endpoint_name(tenant, d.name) for d in self.registry.list_deployments(tenant)}
             lowered = name.lower()  # sluice's own names are lower case
-            if not any(lowered == made or lowered.startswith(made + "-") for made in own):
+            # An endpoint is its own name exactly; a component, exactly the shape sluice gives one
+            # on it (`component_name`). A name that merely begins with an endpoint's and a hyphen
+            # may be another tenant's endpoint (its tenant's and deployment's names extending these).
+            if key == "inference_component":
+                mine = any(shaped_for(made, lowered, model=True) for made in own)
+            else:
+                mine = lowered in own
+            if not mine:
                 raise Forbidden(f"config.{key} '{name}' is an endpoint sluice made for a deployment of another tenant, or none", field=f"config.{key}")
 
     def _refuse_if_deployed(self, tenant: str, model: str, version: int | None) -> None:
