@@ -369,6 +369,24 @@ def test_a_predict_key_cannot_resume_a_paused_publishing_schedule(demo: Containe
     assert demo.schedules.resume(acme, "nightly").state == "ENABLED"
 
 
+def test_a_predict_key_cannot_cancel_a_publishing_job(demo: Container, acme: Principal, tmp_path: Path) -> None:
+    """Cancelling a job that publishes may withdraw a publication every caller of the tenant is
+    served (a cancel after Finalize published): it needs the admin scope, as publishing does;
+    the job runs on. A job that publishes nothing is a predict key's to cancel."""
+    from sluice.domain import Principal
+    from sluice.domain.errors import Forbidden
+
+    caller = Principal("acme", frozenset({"predict"}), "test-predict")
+    path = users_csv(tmp_path / "users.csv", ["u1"], 0.01)
+    job = demo.batch.submit(acme, deployment="diabetes", input_uri=str(path), operator=True, source="cli", key_columns=["user"], publish={"table": "recs", "key": "user"}, output_uri=str(tmp_path / "out"), start=False)
+    with pytest.raises(Forbidden) as refused:
+        demo.batch.cancel(caller, job.id)
+    assert refused.value.field == "publish" and demo.batch.get(acme, job.id).status == "PENDING"
+    assert demo.batch.cancel(acme, job.id).status == "CANCELLED"
+    plain = demo.batch.submit(acme, deployment="diabetes", input_uri=str(path), operator=True, source="cli", output_uri=str(tmp_path / "plain"), start=False)
+    assert demo.batch.cancel(caller, plain.id).status == "CANCELLED"
+
+
 _STATES = st.fixed_dictionaries({str(e): st.sampled_from(["fresh", "stale", "expired", "absent"]) for e in range(1, 7)})
 _GENERATIONS = itertools.count()
 

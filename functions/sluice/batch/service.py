@@ -215,7 +215,11 @@ class BatchService:
         return first_error_rows(self.files, job, limit)
 
     def cancel(self, principal: Principal, job_id: str) -> BatchJob:
+        """A job that publishes (`publish`) is cancelled with the scope publishing needs: its
+        cancel may withdraw a publication every caller of the tenant is served (admin)."""
         principal.require("predict")
+        if self.registry.get_job(principal.tenant, job_id).publish is not None:  # NotFound across tenants
+            require_publisher(principal)
         job = self.registry.update_job(principal.tenant, job_id, status="CANCELLED", finished_at=now())
         if self.orchestrator is not None:
             self.orchestrator.cancel(job)
