@@ -138,12 +138,14 @@ def _nan_or_infinity(data: bytes) -> bool:
 
 
 def _keys_as_text(table: pa.Table, keys: set[str]) -> bool:
-    """Whether every key column read is a string or a whole number (else: line by line)."""
+    """Whether every key column read is a string or a whole number on every line (else: line by
+    line, which tells a line lacking its key, which fails, from one whose key is null)."""
     import pyarrow as pa
 
     return all(
-        k not in table.column_names
-        or pa.types.is_string(t := table.schema.field(k).type) or pa.types.is_integer(t) or pa.types.is_null(t)
+        k in table.column_names
+        and (pa.types.is_string(t := table.schema.field(k).type) or pa.types.is_integer(t))
+        and table.column(k).null_count == 0
         for k in keys
     )
 
@@ -243,6 +245,9 @@ def _jsonl_by_line(
                 del column[len(rows) :]  # what was kept of this line
             dropped.append((number, refused.message, shown(line)))
             continue
+        if reason is None and keys:  # a key the line lacks (one written null is carried as null), once its values are read
+            lacking = next((k for k in sorted(keys) if k not in obj), None)
+            reason = None if lacking is None else f"the line has no key '{lacking}'"
         rows.append(number)
         reasons.append(reason)
     table = _with_keys_as_text(pa.table({f.name: pa.array(values[f.name], type=f.type) for f in schema}, schema=schema), set(keys), len(rows))

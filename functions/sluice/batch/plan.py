@@ -35,7 +35,7 @@ from sluice.batch.filestore import as_uploaded
 from sluice.batch.objects import is_many, list_objects
 from sluice.batch.records import count_range, data_start, first_record, grammar_of
 from sluice.domain.errors import BadRequest, InvalidInput
-from sluice.domain.jobs import PublishTarget
+from sluice.domain.jobs import PublishTarget, key_clash
 from sluice.domain.locations import confine
 
 if TYPE_CHECKING:
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 MAX_HEADER_BYTES = 1024 * 1024
 COUNT_THREADS = 8
 OBJECT_THREADS = 4  # objects of a many-object input planned at once
-OUTPUT_NAMES = ("row", "prediction", "confidence", "variant")
 @dataclass(frozen=True, slots=True)
 class Chunk:
     index: int
@@ -197,8 +196,9 @@ def plan_job(
 
 def _check_keys(keys: tuple[str, ...], columns: list[str], has_rows: bool, *, many: bool = False) -> None:
     for key in keys:
-        if key in OUTPUT_NAMES or key.startswith(("prediction_", "probability_")) or (many and key == "object"):
-            raise BadRequest(f"key column '{key}' would clash with an output column", field="key_columns")
+        why = key_clash(key, many=many)
+        if why is not None:
+            raise BadRequest(why, field="key_columns")
         if has_rows and key not in columns:
             raise InvalidInput(f"the input has no key column '{key}'", field="key_columns")
 

@@ -71,6 +71,21 @@ MAX_KEY_COLUMNS = 16
 KEY_COLUMN_CHARS = 128  # a column name, as `publish.key`: a record holds them all, and DynamoDB's item 400 KB
 
 
+OUTPUT_NAMES = ("row", "prediction", "confidence", "variant")  # a job's output columns beside its keys (and `prediction_*`, `probability_*`)
+ERROR_NAMES = ("reason", "input")  # an error record's own members beside `row` and the key columns
+
+
+def key_clash(key: str, *, many: bool = False) -> str | None:
+    """Why no key column may be named `key`, or None: its copy would stand where an output
+    column stands, or an error record's own member (`many`: an input of many objects, whose
+    rows also say their `object`)."""
+    if key in OUTPUT_NAMES or key.startswith(("prediction_", "probability_")) or (many and key == "object"):
+        return f"key column '{key}' would clash with an output column"
+    if key in ERROR_NAMES:  # a failed row's record would say its key where it says why, or its line
+        return f"key column '{key}' would clash with the '{key}' of an error record"
+    return None
+
+
 def check_key_columns(value: object, *, stored: bool = False) -> tuple[str, ...]:
     """The input columns copied beside each prediction, stripped, each once (a job's, a schedule's).
     `stored`: a stored schedule's, whose runs go on under the rules it was made under (a name's
@@ -82,6 +97,10 @@ def check_key_columns(value: object, *, stored: bool = False) -> tuple[str, ...]
         raise BadRequest(f"key_columns names at most {MAX_KEY_COLUMNS} columns", field="key_columns")
     if not stored and any(len(k) > KEY_COLUMN_CHARS for k in keys):
         raise BadRequest(f"a key column's name is at most {KEY_COLUMN_CHARS} characters", field="key_columns")
+    for key in keys if not stored else ():  # a stored schedule's runs are refused when planned
+        why = key_clash(key)
+        if why is not None:
+            raise BadRequest(why, field="key_columns")
     return keys
 
 

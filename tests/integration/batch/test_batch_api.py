@@ -82,6 +82,9 @@ def test_another_tenant_cannot_see_cancel_or_read_from_a_job_or_an_inbox(
         ({"deployment": "iris", "input_uri": "INBOX/a.csv", "output_uri": "s3://x/y"}, 422, "output_uri"),
         ({"deployment": "iris", "input_uri": "INBOX/a.csv", "key_columns": ["k" * 128, "x" * 129]}, 400, "key_columns"),
         ({"deployment": "iris", "input_uri": "INBOX/a.csv", "key_columns": [f"k{i}" for i in range(17)]}, 400, "key_columns"),
+        ({"deployment": "iris", "input_uri": "INBOX/a.csv", "key_columns": ["id", "reason"]}, 400, "key_columns"),
+        ({"deployment": "iris", "input_uri": "INBOX/a.csv", "key_columns": ["input"]}, 400, "key_columns"),
+        ({"deployment": "iris", "input_uri": "INBOX/a.csv", "key_columns": ["prediction"]}, 400, "key_columns"),
     ],
 )
 def test_bad_submissions_say_what_is_wrong(client: TestClient, keys: dict[str, str], batch: Container, body: dict, status: int, field: str) -> None:

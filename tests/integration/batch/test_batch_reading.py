@@ -233,6 +233,8 @@ def _jsonl_expectations(data: bytes) -> tuple[dict[str, list[float]], dict[int, 
             continue
         if not isinstance(obj, dict):
             failed[number] = "not a JSON object"
+        elif "id" not in obj:  # the job's key: a line lacking it fails (a null one is carried as null)
+            failed[number] = "the line has no key 'id'"
         elif any(obj.get(f) is None for f in FEATURES):
             failed[number] = f"missing value for '{next(f for f in FEATURES if obj.get(f) is None)}'"
         else:
@@ -249,6 +251,9 @@ ADVERSARIAL = {
     "not utf-8 in a key": [_line(0, id="a"), _line(1, id="b\xe9").replace(b"b\\u00e9", b"b\xe9"), _line(2, id="c")],
     "a byte order mark first": [b"\xef\xbb\xbf" + _line(0, id="a"), _line(1, id="b")],
     "crlf line ends": [_line(0, id="a") + b"\r", _line(1, id="b") + b"\r", b"\r", _line(2, id="c") + b"\r"],
+    "a line lacking its key": [_line(0, id="a"), json.dumps({f: 1.0 for f in FEATURES}).encode(), _line(2, id="c")],
+    "a null key": [_line(0, id="a"), _line(1, id=None), _line(2, id="c")],
+    "a line lacking its key and a feature": [_line(0, id="a"), json.dumps({FEATURES[0]: 1.0}).encode(), _line(2, id="c")],
 }
 
 
