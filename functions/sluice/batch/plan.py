@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from sluice.domain.signature import Signature
 
 MAX_HEADER_BYTES = 1024 * 1024
+MAX_FIRST_LINE_BYTES = 64 * 1024 * 1024  # a JSON Lines input's first line, read whole for its fields where it is longer than the opening
 COUNT_THREADS = 8
 OBJECT_THREADS = 4  # objects of a many-object input planned at once
 @dataclass(frozen=True, slots=True)
@@ -272,7 +273,10 @@ def _plan_text(uri: str, fmt: str, stat: Stat, files: FileStore, chunk_bytes: in
         columns = _csv_header(header[0])
         data = header[1]
     else:
-        columns = _jsonl_fields(_opening(files, uri, stat)[data:], whole=stat.size <= MAX_HEADER_BYTES)
+        opening, whole = _opening(files, uri, stat)[data:], stat.size <= MAX_HEADER_BYTES
+        if not whole and b"\n" not in opening:  # a first line longer than the opening: read on to its end
+            opening, whole = _first_line(files, uri, stat, data)
+        columns = _jsonl_fields(opening, whole=whole)
     ranges = [(s, min(s + chunk_bytes, stat.size)) for s in range(data, stat.size, chunk_bytes)]
     with ThreadPoolExecutor(COUNT_THREADS) as pool:
         counts = list(pool.map(lambda r: count_range(files, uri, stat.version, *r, grammar, size=stat.size), ranges))
@@ -337,6 +341,22 @@ def _csv_header(record: bytes) -> list[str]:
 def _opening(files: FileStore, uri: str, stat: Stat) -> bytes:
     """The input's first MiB (all of it, when it is smaller)."""
     return b"".join(files.read_blocks(uri, stat.version, 0, min(stat.size, MAX_HEADER_BYTES)))
+
+
+def _first_line(files: FileStore, uri: str, stat: Stat, start: int) -> tuple[bytes, bool]:
+    """The input's first line from `start`, with its newline, read on past the opening to its
+    end (at most `MAX_FIRST_LINE_BYTES`), and whether that is the whole input."""
+    out = bytearray()
+    end = min(stat.size, start + MAX_FIRST_LINE_BYTES + 1)
+    for block in files.read_blocks(uri, stat.version, start, end):
+        at = block.find(b"\n")
+        if at >= 0:
+            out += block[: at + 1]
+            return bytes(out), False
+        out += block
+    if end < stat.size or len(out) > MAX_FIRST_LINE_BYTES:
+        raise InvalidInput(f"the first line of the input is longer than {MAX_FIRST_LINE_BYTES >> 20} MiB: no field of it can be read", field="input_uri")
+    return bytes(out), True  # one line, the whole input
 
 
 def _jsonl_fields(opening: bytes, *, whole: bool) -> list[str]:

@@ -406,3 +406,20 @@ def test_text_on_s3_reads_as_python_reads_it(s3_batch: tuple[Container, Any], ac
     listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}errors/").get("Contents", [])
     errors = [json.loads(line) for o in listed for line in s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read().splitlines()]
     assert {e["row"]: e["reason"] for e in errors} == failed
+
+
+def test_a_json_lines_first_line_longer_than_the_opening_is_read_to_its_end(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plan reads the fields of the lines in the input's first MiB: a first line longer than that
+    (a long text member) is read on to its end, and its rows scored, as such a line is anywhere
+    else in the file; one longer than the bound is refused, saying so."""
+    from sluice.batch import plan
+
+    long = json.dumps(iris_rows(20)[0] | {"note": "x" * (3 << 19)}).encode()  # 1.5 MiB
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(long + b"\n" + _line(1) + b"\n")
+    job = run_job(batch, acme, path, deployment="iris", key_columns=["id"])
+    assert (job.status, job.rows_in, job.rows_out, job.rows_failed) == ("SUCCEEDED", 2, 2, 0), job.error
+    _check_scored(job, {r["id"]: [r[f] for f in FEATURES] for r in iris_rows(20)[:2]})
+    monkeypatch.setattr(plan, "MAX_FIRST_LINE_BYTES", 1 << 20)
+    refused = run_job(batch, acme, path, deployment="iris", key_columns=["id"], output_uri=str(tmp_path / "again"))
+    assert refused.status == "FAILED" and "the first line of the input is longer than 1 MiB" in (refused.error or ""), refused.error
