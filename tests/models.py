@@ -170,11 +170,11 @@ def ratio_model() -> bytes:
 
 
 def echo_int_model(datatype: str = "INT64") -> bytes:
-    """`x` [-1, 1] in, `y` [-1, 1] out, the same values, of `datatype` (INT64 or UINT64): what a
-    row's integer input reached the model as."""
+    """`x` [-1, 1] in, `y` [-1, 1] out, the same values, of `datatype` (INT64, UINT64, INT32 or
+    INT8): what a row's integer input reached the model as."""
     from onnx import TensorProto, helper
 
-    kind = TensorProto.UINT64 if datatype == "UINT64" else TensorProto.INT64
+    kind = {"UINT64": TensorProto.UINT64, "INT32": TensorProto.INT32, "INT8": TensorProto.INT8}.get(datatype, TensorProto.INT64)
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])],
         "echo",

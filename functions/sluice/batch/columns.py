@@ -9,6 +9,7 @@ length) gets a reason, and only the other rows go on to the model.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -168,7 +169,9 @@ def _values(column: Any, name: str, datatype: str, reasons: np.ndarray) -> np.nd
     if (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)) and datatype in EXACT_INTEGERS:
         array = _parse_integers(array, name, datatype, reasons)
     elif pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        array = _parse_numbers(array, name, reasons)
+        text, array = array, _parse_numbers(array, name, reasons)
+        if V2_TO_NUMPY[datatype].kind in "iu":  # an integer input: its text read exactly
+            _blame_hidden_fractions(text, name, datatype, reasons)
     elif pa.types.is_decimal(array.type):
         import pyarrow.compute as pc
 
@@ -271,7 +274,7 @@ def _parse_integers(array: Any, name: str, datatype: str, reasons: np.ndarray) -
     import pyarrow.compute as pc
 
     target = exact_type(datatype)
-    plain = pc.match_substring_regex(array, r"^[0-9]{1,20}$" if datatype == "UINT64" else r"^-?[0-9]{1,19}$")
+    plain = pc.match_substring_regex(array, r"^[0-9]{1,20}$" if datatype.startswith("UINT") else r"^-?[0-9]{1,19}$")
     if pc.all(plain).as_py() is not False:  # plain integers (or missing values): Arrow reads them exactly
         try:
             return pc.cast(array, target)
@@ -282,6 +285,7 @@ def _parse_integers(array: Any, name: str, datatype: str, reasons: np.ndarray) -
         floats = _parse_numbers(array, name, said)
         if (pc.max(pc.abs(floats)).as_py() or 0.0) < 2.0**53:  # NaN and infinity too are said as floats are
             blame(reasons, ~np.equal(said, None), said)
+            _blame_hidden_fractions(array, name, datatype, reasons)
             return floats
     parsed: list[int | None] = []
     shown: list[str] = []
@@ -291,6 +295,31 @@ def _parse_integers(array: Any, name: str, datatype: str, reasons: np.ndarray) -
         shown.append(why)
     blame(reasons, np.asarray([bool(w) for w in shown], dtype=bool), np.asarray(shown, dtype=object))
     return pa.array(parsed, type=target)
+
+
+# A number written with more significant digits than a float keeps (16 and more) and a point or
+# an exponent: a fraction it writes may round away as a float (`1.0000000000000000001` reads as
+# 1.0, and `5000000000000000.5` as a whole float near it).
+FINE_NUMBER = r"(?:[0-9]\.?){16,}"
+FINE_NUMBER_BYTES = re.compile(FINE_NUMBER.encode())
+
+
+def _blame_hidden_fractions(array: Any, name: str, datatype: str, reasons: np.ndarray) -> None:
+    """Rows of an integer input whose text writes a fraction too fine for the float it was read
+    as (`FINE_NUMBER`): blamed as any fraction is, the text read exactly (`whole_of`), so a value
+    is taken or refused by what it writes, never by the other values of its chunk."""
+    import pyarrow.compute as pc
+
+    fine = pc.and_(pc.match_substring_regex(array, FINE_NUMBER), pc.match_substring_regex(array, r"[.eE]"))
+    at = np.flatnonzero(to_numbers(pc.fill_null(fine, False)))
+    if not len(at):
+        return
+    whys = np.asarray([whole_of(text, name, datatype)[1] for text in array.take(at).to_pylist()], dtype=object)
+    mask = np.zeros(len(reasons), dtype=bool)
+    mask[at] = whys != ""
+    messages = np.full(len(reasons), None, dtype=object)
+    messages[at] = whys
+    blame(reasons, mask, messages)
 
 
 def whole_of(value: int | float | str, name: str, datatype: str) -> tuple[int | None, str]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.batch.columns import FINE_NUMBER_BYTES
 from sluice.batch.pieces import EXACT_INTEGERS, Piece, arrow_types, check_rows, is_utf8, shown
 from sluice.batch.records import CARRIAGE
 from sluice.codecs.datatypes import V2_TO_NUMPY
@@ -44,7 +45,10 @@ def read_json_lines(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed]
         # Key columns are read as they come (a number or a string) and then made text. The
         # columns of 64-bit integer inputs as floats first, which hold every value below 2**53
         # exactly (`5` and `5.0` alike); past it, again as integers (exactly), else line by line.
-        for kinds in ((schema,) if not exact else (_as_floats(schema, exact), schema)):
+        # A number written finer than a float keeps (`columns.FINE_NUMBER`): as integers, then
+        # line by line, where its text is read exactly (a fraction the float would round away fails).
+        floats_first = exact and not FINE_NUMBER_BYTES.search(region)
+        for kinds in ((schema,) if not floats_first else (_as_floats(schema, exact), schema)):
             try:
                 table = pj.read_json(
                     io.BytesIO(region),
@@ -269,8 +273,8 @@ def _integer(value: Any, name: str, arrow_type: Any, line: bytes) -> tuple[int |
 
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None, f"'{name}' is not a number: {str(value)[:40]!r}"
-    if isinstance(value, float) and math.isfinite(value) and abs(value) >= 2.0**53:  # the float may not be what was written: its text is
-        value = _as_written(line, name)
+    if isinstance(value, float) and math.isfinite(value) and (abs(value) >= 2.0**53 or FINE_NUMBER_BYTES.search(line)):
+        value = _as_written(line, name)  # the float may not be what was written (past 2**53, or finer than a float keeps): its text is
     found, why = whole_of(value, name, "UINT64" if pa.types.is_unsigned_integer(arrow_type) else "INT64")
     return found, why or None
 

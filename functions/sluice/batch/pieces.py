@@ -110,14 +110,17 @@ def is_utf8(data: bytes) -> bool:
     return True
 
 
-# The integer inputs a float cannot always hold (past 2**53): read as the integers written.
-EXACT_INTEGERS = frozenset({"INT64", "UINT64"})
+# Integer inputs, read as the integers written: a float holds no integer past 2**53, and rounds
+# away a fraction written finer than it keeps (`1.0000000000000000001` reads as 1.0), so a value
+# would be taken or refused by the other values of its chunk, or by its input's type.
+EXACT_INTEGERS = frozenset({"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
 
 
 def exact_type(datatype: str) -> Any:
+    """The 64-bit type an integer input's column is read as (its own range checked after)."""
     import pyarrow as pa
 
-    return pa.uint64() if datatype == "UINT64" else pa.int64()
+    return pa.uint64() if datatype.startswith("UINT") else pa.int64()
 
 
 def arrow_types(

@@ -67,6 +67,54 @@ def test_whole_numbers_written_otherwise_are_the_integers_their_text_says(batch:
     assert refused == ["'x' is not a number: '0x10'", "'x' must be a whole number", "'x' is not a number: 'True'"]
 
 
+FRACTIONS = ("", ".0", ".5", ".0000000000000000001", ".00000000000000000000", ".9999999999999999999", ".49999999999999999")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    datatype=st.sampled_from(["INT64", "INT32", "INT8"]),
+    whole=st.integers(-130, 130) | st.integers(2**52 - 2, 2**52 + 2) | st.integers(2**31 - 2, 2**31 + 1),
+    fraction=st.sampled_from(FRACTIONS),
+    made=st.integers(0, 10**9),
+)
+def test_an_integer_inputs_value_is_taken_or_refused_by_what_it_writes_alone(
+    batch: Container, acme: Principal, tmp_path: Path, datatype: str, whole: int, fraction: str, made: int
+) -> None:
+    """One outcome per value, read exactly from what it writes: alone or beside a value past
+    2**53 (which sends its chunk down the exact path), in a CSV cell, a JSON number or a JSON
+    string; a fraction a float would round away (`1.0000000000000000001`) fails as `2.5` does,
+    for every integer type (found by an accounting review: it was taken alone and refused in
+    company, and taken for INT32 and INT8 where INT64 refused it)."""
+    from decimal import Decimal
+
+    from sluice.codecs.datatypes import integer_range
+
+    text = f"{whole}{fraction}"
+    exact = Decimal(text)
+    low, high = integer_range(datatype)
+    if exact != exact.to_integral_value():
+        expected: tuple[list[int], list[str]] = ([], ["'x' must be a whole number"])
+    elif not low <= int(exact) < high:
+        expected = ([], [f"'x' is out of range for {datatype}"])
+    else:
+        expected = ([int(exact)], [])
+    echo = _echo(batch, acme, datatype)
+    company = "9007199254740993" if datatype == "INT64" else "1"
+    for name, body in (
+        ("alone.csv", f"x\n{text}\n"),
+        ("company.csv", f"x\n{text}\n{company}\n"),
+        ("number.jsonl", f'{{"x": {text}}}\n'),
+        ("company.jsonl", f'{{"x": {text}}}\n{{"x": {company}}}\n'),
+        ("string.jsonl", f'{{"x": "{text}"}}\n'),
+    ):
+        path = tmp_path / f"{made}-{datatype}-{name}"
+        path.write_text(body)
+        scored, refused = _scored(batch, acme, path, echo)
+        if "company" in name:
+            scored = scored[: len(scored) - 1]  # the company's own answer last
+        assert (scored, refused) == expected, (name, text)
+
+
 def test_uint64_inputs_are_read_to_their_top(batch: Container, acme: Principal, tmp_path: Path) -> None:
     echo = _echo(batch, acme, "UINT64")
     for name, text in (("top.csv", "x\n18446744073709551615\n9223372036854775808\n-1\n"), ("top.jsonl", '{"x": 18446744073709551615}\n{"x": 9223372036854775808}\n{"x": -1}\n')):
