@@ -186,7 +186,7 @@ def test_parquet_text_features_read_as_stored_give_each_row_its_value_and_keys_s
     pq.write_table(pa.table({"id": pa.array(colour), "colour": pa.array(colour)}), path, row_group_size=4)
     files = Files()
     stat = files.stat(path.as_uri())
-    columns, chunks = _plan_parquet(path.as_uri(), stat, files, chunk_rows=4)
+    columns, chunks, _ = _plan_parquet(path.as_uri(), stat, files, chunk_rows=4)
     spec = JobSpec("acme", "job-1", "d", path.as_uri(), stat.version, "parquet", "parquet", "file:///out/", ("id",), tuple(columns))
     feeds = [Feed("colour", ("colour",), "BYTES", stacked=False), Feed("tag", ("id",), "BYTES", stacked=False)]
     seen: list[object] = []
@@ -214,7 +214,7 @@ def test_parquet_text_read_in_pieces_smaller_than_its_row_groups_dictionary(tmp_
     pq.write_table(pa.table({"name": pa.array(names)}), path, row_group_size=60)
     files = Files()
     stat = files.stat(path.as_uri())
-    columns, chunks = _plan_parquet(path.as_uri(), stat, files, chunk_rows=100)
+    columns, chunks, _ = _plan_parquet(path.as_uri(), stat, files, chunk_rows=100)
     spec = JobSpec("acme", "job-1", "d", path.as_uri(), stat.version, "parquet", "parquet", "file:///out/", (), tuple(columns))
     feeds = [Feed("name", ("name",), "BYTES", stacked=False)]
     seen: list[object] = []

@@ -39,6 +39,8 @@ from sluice.domain.jobs import PublishTarget, key_clash
 from sluice.domain.locations import confine
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from sluice.batch.filestore import FileStore, Stat
     from sluice.domain.jobs import BatchJob
     from sluice.domain.locations import Root
@@ -152,8 +154,11 @@ def plan_job(
 
     def plan_one(obj: tuple[str, Stat]) -> tuple[list[str], list[Chunk]]:
         if fmt == "parquet":
-            return _plan_parquet(obj[0], obj[1], files, chunk_rows)
+            found, planned, types[obj[0]] = _plan_parquet(obj[0], obj[1], files, chunk_rows)
+            return found, planned
         return _plan_text(obj[0], fmt, obj[1], files, chunk_bytes)
+
+    types: dict[str, dict[str, str]] = {}  # a Parquet object's column types, by its URI
 
     if len(objects) == 1:
         each = [plan_one(objects[0])]
@@ -168,6 +173,13 @@ def plan_job(
             )
         if not first_uri or (not columns and found):
             columns, first_uri = found, first_uri or uri
+        for key in job.key_columns if many and fmt == "parquet" else ():  # a key keeps its type: one for every part
+            kind, first = types[uri].get(key), types[first_uri].get(key)
+            if kind != first and kind is not None and first is not None:
+                raise InvalidInput(
+                    f"key column '{key}' is {first} in {first_uri} and {kind} in {uri}: the objects of one input give a key one type",
+                    field="key_columns",
+                )
         for c in planned:
             chunks.append(
                 Chunk(len(chunks), c.first_row, c.rows, c.start, c.end, c.quoted,
@@ -205,7 +217,7 @@ def _check_keys(keys: tuple[str, ...], columns: list[str], has_rows: bool, *, ma
 
 
 # Parquet ------------------------------------------------------------------------------------
-def _plan_parquet(uri: str, stat: Stat, files: FileStore, chunk_rows: int) -> tuple[list[str], list[Chunk]]:
+def _plan_parquet(uri: str, stat: Stat, files: FileStore, chunk_rows: int) -> tuple[list[str], list[Chunk], dict[str, str]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -214,10 +226,22 @@ def _plan_parquet(uri: str, stat: Stat, files: FileStore, chunk_rows: int) -> tu
             metadata = pq.ParquetFile(raw).metadata
         except (pa.ArrowInvalid, OSError):
             raise InvalidInput(f"{uri} is not a Parquet file", field="input_uri") from None
-    columns = list(metadata.schema.to_arrow_schema().names)
+    schema = metadata.schema.to_arrow_schema()
+    columns = list(schema.names)
     _once_each(columns, f"the Parquet file {uri}")
     sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
-    return columns, row_ranges(sizes, chunk_rows)
+    return columns, row_ranges(sizes, chunk_rows), {f.name: _kind(f.type) for f in schema}
+
+
+def _kind(arrow_type: pa.DataType) -> str:
+    """A column's type as its rows read (text stored as a dictionary, or large, is text)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    if pa.types.is_large_string(arrow_type):
+        return "string"
+    return "binary" if pa.types.is_large_binary(arrow_type) else str(arrow_type)
 
 
 def _once_each(names: list[str], what: str) -> None:

@@ -174,6 +174,28 @@ def test_objects_with_different_columns_are_refused_naming_both(batch: Container
     assert "a.parquet" in (job.error or "") and "b.parquet" in (job.error or "")
 
 
+def test_objects_whose_key_column_types_differ_are_refused_naming_both(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    """A Parquet key keeps its type in the output: an `id` of text in one object and of
+    integers in another would make parts that do not read as one table. Text stored as a
+    dictionary is text: those objects are one input."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = iris_rows(20)
+    features = {f: [r[f] for r in rows] for f in ("sepal_length", "sepal_width", "petal_length", "petal_width")}
+    root = tmp_path / "types"
+    root.mkdir()
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(20)], **features}), root / "a.parquet")
+    pq.write_table(pa.table({"id": list(range(20)), **features}), root / "b.parquet")
+    job = run_job(batch, acme, root, deployment="iris", key_columns=["id"], output_uri=str(tmp_path / "out"))
+    assert job.status == "FAILED" and "key column 'id' is string in" in (job.error or "") and "int64 in" in (job.error or ""), job.error
+    assert "a.parquet" in (job.error or "") and "b.parquet" in (job.error or "")
+    (root / "b.parquet").unlink()
+    pq.write_table(pa.table({"id": pa.array([f"s{i}" for i in range(20)]).dictionary_encode(), **features}), root / "b.parquet")
+    job = run_job(batch, acme, root, deployment="iris", key_columns=["id"], output_uri=str(tmp_path / "out2"))
+    assert (job.status, job.rows_out) == ("SUCCEEDED", 40), job.error
+
+
 def test_small_parquet_objects_are_scored_two_at_a_time_with_two_workers(
     batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
