@@ -76,7 +76,7 @@ def plan_feeds(signature: Signature, available: Sequence[str]) -> list[Feed]:
     if missing:
         shown = ", ".join(f"'{m}'" for m in missing[:10])
         names = list(dict.fromkeys(available))
-        found = ", ".join(repr(n) for n in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+        found = ", ".join(repr(n if len(n) <= 40 else n[:40] + "…") for n in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
         raise InvalidInput(
             f"the input has no column {shown} (its columns are {found or 'none'}); the deployment takes "
             + "; ".join(_wants(spec) for spec in signature.inputs),

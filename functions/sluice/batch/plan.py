@@ -331,6 +331,12 @@ def _head(files: FileStore, uri: str, stat: Stat) -> bytes:
 
 
 def _refuse_compressed(uri: str, head: bytes) -> None:
+    if head.startswith(b"PAR1"):  # a Parquet file read as text: its columns would be bytes
+        raise BadRequest(
+            f"{uri.rsplit('/', 1)[-1]} is a Parquet file (it starts with PAR1), whatever its name or the format given "
+            "says: name it .parquet or give the format parquet",
+            field="input_uri",
+        )
     for magic, name in COMPRESSED:
         if magic.match(head):
             raise BadRequest(

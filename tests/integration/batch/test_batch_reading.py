@@ -358,6 +358,17 @@ def test_compressed_bytes_under_a_plain_name_are_refused_as_compressed(batch: Co
     assert f"{name} is compressed (gzip)" in (job.error or "") and "cannot be split" in (job.error or ""), job.error
 
 
+@pytest.mark.parametrize("name", ["day.csv", "day.jsonl"])
+def test_a_parquet_file_under_a_text_name_is_refused_as_parquet(batch: Container, acme: Principal, tmp_path: Path, name: str) -> None:
+    """Read as CSV, its 'columns' were its bytes, echoed back in the error."""
+    import pyarrow.parquet as pq
+
+    path = tmp_path / name
+    pq.write_table(pa.table({"id": ["a"], **{f: [1.0] for f in FEATURES}}), path)
+    job = run_job(batch, acme, path, deployment="iris")
+    assert job.status == "FAILED" and f"{name} is a Parquet file (it starts with PAR1)" in (job.error or ""), job.error
+
+
 def test_batch_run_refuses_compressed_bytes_named_csv_as_a_failed_job(tmp_path: Path) -> None:
     home = _iris_home(tmp_path / "home")
     path = tmp_path / "day.csv"
