@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow.csv as pv
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -311,8 +312,8 @@ def _expected_line(line: bytes) -> Any:
         parsed = parse_number(x)
         reason = reason or (None if parsed is not None else f"'x' is not a number: {x[:40]!r}")
         x = parsed
-    elif isinstance(x, bool) or not isinstance(x, int | float | None):
-        reason, x = reason or f"'x' is not a number: {str(x)[:40]!r}", None
+    elif isinstance(x, bool) or not isinstance(x, int | float | None):  # shown as the line writes it
+        reason, x = reason or f"'x' is not a number: {orjson.dumps(x).decode()[:40]!r}", None
     elif x is not None:
         x = float(x)
     if "id" not in obj:  # the job's key: a line lacking it fails (one written null is carried as null)

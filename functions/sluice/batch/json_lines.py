@@ -225,7 +225,7 @@ def _jsonl_by_line(
                         reason = reason or f"'{f.name}' is not a number: {value[:40]!r}"
                     value = parsed
                 elif value is not None and f.name in numeric and (isinstance(value, bool) or not isinstance(value, int | float)):
-                    reason = reason or f"'{f.name}' is not a number: {str(value)[:40]!r}"
+                    reason = reason or f"'{f.name}' is not a number: {_json_text(value)[:40]!r}"
                     value = None
                 elif value is not None and f.name in listed:
                     value, wrong = _numbers(value)
@@ -272,11 +272,18 @@ def _integer(value: Any, name: str, arrow_type: Any, line: bytes) -> tuple[int |
     from sluice.batch.columns import whole_of
 
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None, f"'{name}' is not a number: {str(value)[:40]!r}"
+        return None, f"'{name}' is not a number: {_json_text(value)[:40]!r}"
     if isinstance(value, float) and math.isfinite(value) and (abs(value) >= 2.0**53 or FINE_NUMBER_BYTES.search(line)):
         value = _as_written(line, name)  # the float may not be what was written (past 2**53, or finer than a float keeps): its text is
     found, why = whole_of(value, name, "UINT64" if pa.types.is_unsigned_integer(arrow_type) else "INT64")
     return found, why or None
+
+
+def _json_text(value: Any) -> str:
+    """A JSON value as the line writes it (`true`, not Python's `True`): text as it is."""
+    import orjson
+
+    return value if isinstance(value, str) else orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def _whole(written: str) -> str:
