@@ -35,11 +35,17 @@ def options(max_request_bytes: int, max_response_bytes: int, *, share_port: bool
     # service refuses one first, saying why).
     # SO_REUSEPORT only for the workers of one `sluice serve`, which checked the port was free
     # first: otherwise a port another process holds is an error, not a silent second server.
+    # A stream's answer is the unary one inside `ModelStreamInferResponse` (its tag and length,
+    # `STREAM_ENVELOPE_BYTES` at most): gRPC's own bound leaves room for them, so an answer the
+    # service let through (at most the limit) never ends the whole stream.
     return [
         ("grpc.max_receive_message_length", transport_bound(max_request_bytes)),
-        ("grpc.max_send_message_length", max_response_bytes),
+        ("grpc.max_send_message_length", max_response_bytes + STREAM_ENVELOPE_BYTES),
         ("grpc.so_reuseport", 1 if share_port else 0),
     ]
+
+
+STREAM_ENVELOPE_BYTES = 16  # a field's tag (1 byte) and its length (a varint: 5 bytes below 4 GiB), with room
 
 
 def transport_bound(max_request_bytes: int) -> int:

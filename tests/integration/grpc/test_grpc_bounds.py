@@ -39,6 +39,31 @@ def test_an_answer_over_the_response_limit_is_refused_saying_why(served: Contain
         assert "the answer is" in refused.value.message() and "over the 65536" in refused.value.message()
 
 
+def test_a_streamed_answer_at_the_response_limit_is_sent_and_the_stream_goes_on(served: Container, keys: dict[str, str]) -> None:
+    """A stream's answer is wrapped in ModelStreamInferResponse (a few bytes more): one of
+    exactly the limit ended the whole stream (gRPC's own bound was the limit itself); now it is
+    sent, one over it is that request's error_message, and the stream answers the next."""
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+    def request(n: int, rid: str) -> Any:
+        message = pb.ModelInferRequest(model_name="diabetes", id=rid)
+        message.inputs.add(name="input", datatype="FP32", shape=[n, 10])
+        message.raw_input_contents.append(np.zeros((n, 10), dtype=np.float32).tobytes())
+        return message
+
+    metadata = tuple(auth(keys["acme"]).items())
+    with run_server(served) as url:  # the unary answer's size for 1,000 rows, under the default limit
+        exact = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(url)).ModelInfer(request(1000, "s1"), metadata=metadata).ByteSize()
+    served.settings.limits.max_response_bytes = exact
+    with run_server(served) as url:
+        stub = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(url))
+        answers = list(stub.ModelStreamInfer(iter([request(1000, "s1"), request(1001, "s2"), request(1, "s3")]), metadata=metadata))
+    assert [a.infer_response.id for a in answers] == ["s1", "s2", "s3"]
+    assert answers[0].error_message == "" and answers[0].infer_response.ByteSize() == exact
+    assert "over the" in answers[1].error_message and answers[2].error_message == ""
+
+
 def test_calls_at_once_are_bounded(served: Container, keys: dict[str, str]) -> None:
     served.settings.serve.grpc_max_concurrent_rpcs = 2
     streams = []
