@@ -58,6 +58,9 @@ if TYPE_CHECKING:
     from sluice.domain import Principal
     from sluice.wiring import Container
 
+FINAL_RESPONSE = "triton_final_response"  # a stream's answer that is its request's last: Triton's parameter
+
+
 def _version(text: str) -> int | None:
     """A request's version: empty is the deployment's own; else as every door reads one."""
     return parse_version(text, field="model_version") if text else None
@@ -69,6 +72,7 @@ def _stream_error(request: Any, exc: Exception) -> Any:
     left empty."""
     message = request.message
     said = pb.ModelInferResponse(model_name=message.model_name, model_version=message.model_version, id=message.id)
+    said.parameters[FINAL_RESPONSE].bool_param = True  # the request's last answer, as Triton says of a failed one too
     return pb.ModelStreamInferResponse(error_message=status_of(exc)[1], infer_response=said)
 
 
@@ -236,7 +240,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                                 raise
                         counted = False
                         with use_tenant(principal.tenant):
-                            answer = await self._infer(principal, metadata, request)  # wire.write_stream_response
+                            answer = await self._infer(principal, metadata, request, streamed=True)  # wire.write_stream_response
                 except Exception as exc:
                     answer = _stream_error(request, exc)
                 # Yielded outside the tenant's scope: a stream the client cancels is closed
@@ -262,16 +266,18 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         finally:
             admission.leave(principal, key=False)
 
-    async def _infer(self, principal: Principal, metadata: dict[str, str], request: Any) -> Any:
+    async def _infer(self, principal: Principal, metadata: dict[str, str], request: Any, *, streamed: bool = False) -> Any:
         """One inference, already one of the process's predictions in flight; whatever fails
         in it is counted once (`sluice.inference.outcomes`)."""
         try:
-            return await self._infer_counted(principal, metadata, request)
+            return await self._infer_counted(principal, metadata, request, streamed)
         except Exception as exc:
             await self.container.predictions.outcomes.failed(principal.tenant, request.model_name, exc)
             raise
 
-    async def _infer_counted(self, principal: Principal, metadata: dict[str, str], request: Any) -> Any:
+    async def _infer_counted(self, principal: Principal, metadata: dict[str, str], request: Any, streamed: bool = False) -> Any:
+        """`streamed`: a stream's request, whose answer says it is the request's last
+        (`triton_final_response`, as Triton's stream says it: every model here answers a request once)."""
         if getattr(request, "malformed", None):
             raise request.malformed
         message = request.message  # its fields; the raw contents are the request's (wire.InferRequest)
@@ -296,7 +302,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         )
         service = self.container.predictions
         prediction = await service.predict(principal, core)
-        response = response_of(pb, prediction, request_id=message.id, wanted=wanted, who=who_answered(prediction), classify=classify)
+        who = who_answered(prediction) if not streamed else {**who_answered(prediction), FINAL_RESPONSE: True}
+        response = response_of(pb, prediction, request_id=message.id, wanted=wanted, who=who, classify=classify)
         if service.stats_due():  # flushed beside the answer, as HTTP flushes after it
             asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
         size, limit = response.byte_size(), self.container.settings.limits.max_response_bytes

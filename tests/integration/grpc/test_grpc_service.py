@@ -252,17 +252,19 @@ def test_asyncio_client_and_stream(grpc_url: str, keys: dict[str, str]) -> None:
             labels = result.as_numpy("output_label").tolist()
 
             async def requests() -> Any:
-                yield {"model_name": "iris", "inputs": [tensor], "request_id": "a"}
+                yield {"model_name": "iris", "inputs": [tensor], "request_id": "a", "enable_empty_final_response": True}
                 yield {"model_name": "nope", "inputs": [tensor], "request_id": "b"}
 
             seen = []
             async for answer, error in client.stream_infer(requests(), headers=auth(keys["acme"])):
-                seen.append(error.message() if error else answer.get_response().id)
+                # A client that reads each request's answers until the one that says it is the last
+                # (tritonclient's enable_empty_final_response) stops at this one, as with Triton.
+                seen.append(error.message() if error else (answer.get_response().id, answer.get_response().parameters["triton_final_response"].bool_param))
             return labels, seen
 
     labels, seen = asyncio.run(go())
     assert labels == [b"virginica"]
-    assert seen[0] == "a" and "nope" in seen[1]
+    assert seen[0] == ("a", True) and "nope" in seen[1]
 
 
 def test_a_port_in_use_is_an_error(grpc_url: str, served: Container) -> None:
@@ -374,6 +376,7 @@ def test_every_answer_on_a_stream_says_which_request_it_answers(grpc_url: str, k
     assert len(answers) == len(messages)
     for message, answer in zip(messages, answers, strict=True):
         assert answer.infer_response.id == message.id
+        assert answer.infer_response.parameters["triton_final_response"].bool_param is True  # each its request's last, as Triton says
         if answer.error_message:
             said = answer.infer_response
             assert (said.model_name, said.model_version) == (message.model_name, message.model_version)
