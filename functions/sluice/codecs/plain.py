@@ -236,7 +236,7 @@ def who_answered(prediction: Prediction) -> dict[str, Any]:
 def said_per_row(who: dict[str, Any]) -> bool:
     """Whether `who_answered` says something row by row (switch cases, a precomputed node's
     sources or times), so that some rows of the answer say it apart (`who_of_rows`)."""
-    return any(isinstance(who.get(part), list) for part in ("case", "source", "computed_at"))
+    return any(isinstance(who.get(part), list) for part in ("case", "models", "source", "computed_at"))
 
 
 def who_of_rows(who: dict[str, Any], rows: slice) -> dict[str, Any]:
@@ -248,15 +248,18 @@ def who_of_rows(who: dict[str, Any], rows: slice) -> dict[str, Any]:
     cases = who.get("case")
     if isinstance(cases, list):
         out["case"] = cases[rows]
-        models = who.get("models")
-        if models is not None:
-            out["models"] = models[rows]
-            if out["models"]:
-                model, _, version = out["models"][0].rpartition(":")
-                out["model"], out["version"] = model, int(version)
-        if len(set(out["case"])) == 1:  # these rows took one case
+        if len(set(out["case"])) == 1:  # these rows took one case (or none: a precomputed table's rows)
             out["case"] = out["case"][0]
-            out.pop("models", None)
+            if out["case"] is None:
+                out.pop("case")
+    models = who.get("models")
+    if isinstance(models, list):
+        out["models"] = models[rows]
+        if out["models"]:  # these rows' first version names them
+            model, _, version = out["models"][0].rpartition(":")
+            out["model"], out["version"] = model, int(version)
+        if len(set(out["models"])) <= 1:  # one version answered these rows
+            out.pop("models")
     for part in ("source", "computed_at"):
         said = who.get(part)
         if isinstance(said, list):

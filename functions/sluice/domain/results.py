@@ -5,10 +5,10 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator, Mapping, Sequence
 
     import numpy as np
 
@@ -98,6 +98,70 @@ class Answer:
     # Outputs a sequence exposes from a step before its last (`<step>.<output>`), and all a step
     # after them made: they may hold the request's inputs as they came (capture's `redact`).
     exposed: frozenset[str] = frozenset()
+
+
+def joined_case(name: str, inner: str | None) -> str:
+    """A case's name with the case a switch inside it took (`outer/inner`)."""
+    return name if inner is None else f"{name}/{inner}"
+
+
+class Part(NamedTuple):
+    """Rows of an answer put together (`put_together`): those a node answered (`answer`, under
+    the switch case `case`), or those read from a precomputed table (`stored`: when each of
+    their answers was computed)."""
+
+    at: np.ndarray
+    answer: Answer | None = None
+    case: str | None = None
+    stored: Sequence[float] = ()
+
+
+def put_together(rows: int, parts: Sequence[Part], fallback: ModelVersion) -> dict[str, Any]:
+    """What an answer put together from parts says of each row, in the rows' order (`Part`);
+    `fallback`: the version a table's rows name (as an answer all from the table does). The one rule for a
+    switch's rows that took different cases and a precomputed node's rows from the table and
+    live alike: `case`, `models`, `source` and `computed_at` of one entry a row (None where a
+    row has none), each said once where every row says the same; `source` where a part says
+    one (a row computed by a model outside any precomputed node is live), else none."""
+    case: list[Any] = [None] * rows
+    models: list[Any] = [None] * rows
+    source: list[Any] = ["live"] * rows
+    times: list[Any] = [None] * rows
+    sourced = False
+    for at, answer, name, stored in parts:
+        places = at.tolist()
+        n = len(places)
+        if answer is None:  # rows from the table: no case, its answers' own times
+            sourced = True
+            for row, when in zip(places, stored, strict=True):
+                models[row], source[row], times[row] = fallback.ref, "precomputed", when
+            continue
+        inner = _each(answer.case, n)
+        said = answer.models or [answer.version.ref] * n
+        sources, computed = _each(answer.source, n), _each(answer.computed_at, n)
+        sourced = sourced or answer.source is not None
+        for j, row in enumerate(places):
+            case[row] = joined_case(name, inner[j]) if name is not None else inner[j]
+            models[row] = said[j]
+            if sources[j] is not None:
+                source[row] = sources[j]
+            times[row] = computed[j]
+    return {
+        "case": _once(case),
+        "models": models,
+        "source": _once(source) if sourced else None,
+        "computed_at": _once(times) if sourced else None,
+    }
+
+
+def _each(value: Any, n: int) -> list[Any]:
+    """A part's per-row value (a list) or its one value for all its rows, as a list of `n`."""
+    return list(value) if isinstance(value, list) else [value] * n
+
+
+def _once(values: list[Any]) -> Any:
+    """The values of the rows, said once where every row has the same one."""
+    return values[0] if values and all(v == values[0] for v in values) else values
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ from sluice.domain.functions import Function
 from sluice.domain.graphs import DEFAULT_CASE, sequence_signature
 from sluice.domain.lookups import Lookup
 from sluice.domain.policy import MAX_DEPTH
-from sluice.domain.results import Answer, InferenceResult, rows_of
+from sluice.domain.results import Answer, InferenceResult, Part, put_together, rows_of
 from sluice.domain.signature import Signature
 from sluice.domain.transform_specs import derive
 from sluice.domain.transforms import Transform
@@ -104,15 +104,14 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
 
     answers = await asyncio.gather(*(case(targets[i][1], call.subject(targets[i][0]), at) for i, at in groups))
     merged = _merge(rows, [at for _, at in groups], [a.result for a in answers], [targets[i][0] for i, _ in groups], chosen)
-    per_row_case = np.array([name for name, _ in targets], dtype=object)[chosen].tolist()
-    models: list[Any] = [None] * rows  # who answered each row: the answer names the first row's
-    for (_, at), answer in zip(groups, answers, strict=True):
-        refs = answer.models or [answer.version.ref] * len(at)
-        for row, ref in zip(at.tolist(), refs, strict=True):
-            models[row] = ref
-    first = answers[next(g for g, (_, at) in enumerate(groups) if at[0] == 0)]
+    first = answers[next(g for g, (_, at) in enumerate(groups) if at[0] == 0)]  # the answer names the first row's version
+    # Each row's case (with a switch's inside it), the version that answered it, and where its
+    # answer came from (a case that is a precomputed node), in the rows' order.
+    said = put_together(rows, [Part(at, answer, targets[i][0]) for (i, at), answer in zip(groups, answers, strict=True)], first.version)
     exposed = frozenset().union(*(a.exposed for a in answers))
-    return Answer(first.signature, merged, first.version, case=per_row_case, models=models, exposed=exposed)
+    answer = Answer(first.signature, merged, first.version, case=said["case"], models=said["models"], exposed=exposed)
+    answer.source, answer.computed_at = said["source"], said["computed_at"]
+    return answer
 
 
 def _merge(rows: int, where: list[np.ndarray], results: list[InferenceResult], cases: list[str], chosen: np.ndarray) -> InferenceResult:

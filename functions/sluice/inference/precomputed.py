@@ -29,7 +29,7 @@ from sluice.domain.errors import RowInvalid, Unavailable
 from sluice.domain.policy import MAX_DEPTH, first_branch
 from sluice.domain.precomputed import entity_of, fits
 from sluice.domain.requests import header_of
-from sluice.domain.results import Answer, InferenceResult
+from sluice.domain.results import Answer, InferenceResult, Part, put_together
 from sluice.domain.signature import Signature, TensorSpec
 from sluice.inference.graphs import MAX_REFS, answer_signature, input_signature
 from sluice.observability import get_logger
@@ -235,11 +235,15 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
         answer.source = "live"
         return answer
     answer.result = _merged(rows, np.asarray(misses), answer.result, np.asarray(at), outputs, publication.classes if publication else {})
-    answer.source = ["precomputed" if h else "live" for h in hit]
-    times: list[float | None] = [None] * rows
-    for place, entity in zip(at, kept_entities, strict=True):
-        times[place] = stored[entity].computed_at  # type: ignore[index]
-    answer.computed_at = times
+    # Each row's case, version and source in the rows' order: the live ones as the live node said
+    # them (a switch's cases, a precomputed node's inside it), the table's with their own times.
+    assert version is not None
+    parts = [Part(np.asarray(misses), answer), Part(np.asarray(at), stored=[stored[e].computed_at for e in kept_entities])]  # type: ignore[index]
+    said = put_together(rows, parts, version)
+    answer.case, answer.source, answer.computed_at = said["case"], said["source"], said["computed_at"]
+    answer.models = said["models"] if len(set(said["models"])) > 1 else None  # per row where versions differ
+    if hit[0]:  # the answer names its first row's version, as a switch's does: the table's rows name the live node's
+        answer.version = version
     return answer
 
 

@@ -53,8 +53,9 @@ def test_a_streamed_answer_at_the_response_limit_is_sent_and_the_stream_goes_on(
         return message
 
     metadata = tuple(auth(keys["acme"]).items())
-    with run_server(served) as url:  # the unary answer's size for 1,000 rows, under the default limit
-        exact = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(url)).ModelInfer(request(1000, "s1"), metadata=metadata).ByteSize()
+    with run_server(served) as url:  # the streamed answer's size for 1,000 rows, under the default limit
+        (first,) = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(url)).ModelStreamInfer(iter([request(1000, "s1")]), metadata=metadata)
+        exact = first.infer_response.ByteSize()
     served.settings.limits.max_response_bytes = exact
     with run_server(served) as url:
         stub = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(url))
