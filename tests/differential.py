@@ -310,6 +310,8 @@ def expect_jsonl(data: bytes, names: tuple[str, ...], key: str | None) -> Expect
         named.update(value)
         key_value = _json_key(value.get(key)) if key else None
         values = _features_of(value.get, names)
+        if key is not None and key not in value and not isinstance(values, str):  # a line lacking its key fails (one written null is carried)
+            values = f"the line has no key '{key}'"
         out.append(Invalid(values, key_value) if isinstance(values, str) else Valid(_row(values), key_value))
     if out and not objects:
         return Expected(out, may_refuse="no line is a JSON object")
