@@ -533,4 +533,5 @@ def test_a_switchs_case_refusing_a_row_names_the_requests_row(world: World) -> N
     alone = world.predict("fraud", rows).json()  # type: ignore[arg-type]
     switched = world.predict("by-amount", rows)  # type: ignore[arg-type]
     assert switched.status_code == 400 and "row 2 is float '1.5'" in alone["error"]
-    assert switched.json()["error"] == alone["error"] and switched.json()["details"]["row"] == 2
+    assert switched.json()["error"] == f"case 'default': {alone['error']}" and switched.json()["details"]["row"] == 2  # naming its case too
+    assert switched.json()["details"]["case"] == "default"

@@ -115,3 +115,15 @@ def test_a_batch_job_counts_every_row_under_the_version_that_answered_it(rowed: 
         assert job.status == "SUCCEEDED" and job.rows_out == len(xs), job.error
         versions = json.loads((tmp_path / deployment / "_manifest.json").read_text())["versions"]
         assert sum(versions.values()) == len(xs), versions
+
+
+@pytest.mark.parametrize("xs", [[0], [0, 20], [20, 0, 50]])
+def test_a_case_that_fails_is_named_as_a_sequences_step_is(rowed: Container, acme: Principal, xs: list[int]) -> None:
+    """A case whose model fails (ratio of 0: the whole call fails) names the case in its
+    message and details, whether the request took that case alone or its rows went apart."""
+    from sluice.domain.errors import SluiceError
+
+    with pytest.raises(SluiceError) as failed:
+        _said(rowed, acme, "switch-over-a-table", xs)
+    assert failed.value.status == 502 and failed.value.message.startswith("case 'small': ")
+    assert failed.value.details["case"] == "small"

@@ -18,12 +18,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.domain.conditions import comparisons, reads_inputs
-from sluice.domain.errors import CasesApart, InvalidInput, ModelFailed, RowInvalid, Unavailable
+from sluice.domain.errors import (
+    Accepted,
+    CasesApart,
+    InvalidInput,
+    ModelFailed,
+    RowInvalid,
+    SluiceError,
+    Unavailable,
+)
 from sluice.domain.functions import Function
 from sluice.domain.graphs import DEFAULT_CASE, sequence_signature
 from sluice.domain.lookups import Lookup
 from sluice.domain.policy import MAX_DEPTH
-from sluice.domain.results import Answer, InferenceResult, Part, put_together, rows_of
+from sluice.domain.results import Answer, InferenceResult, Part, joined_case, put_together, rows_of
 from sluice.domain.signature import Signature
 from sluice.domain.transform_specs import derive
 from sluice.domain.transforms import Transform
@@ -88,21 +96,30 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
     if len(taken) <= 1:  # the whole request takes one case (or has no rows: the default)
         name, target = targets[int(taken[0]) if len(taken) else -1]
         path = call.subject(name)
-        answer = await runner.run_counted(target, call.under(path), arrays, depth + 1, f"case:{path}", rows=rows)
+        try:
+            answer = await runner.run_counted(target, call.under(path), arrays, depth + 1, f"case:{path}", rows=rows)
+        except Accepted:
+            raise
+        except SluiceError as exc:
+            raise _in_case(exc, name) from None
         inner = answer.case
         answer.case = name if inner is None else f"{name}/{inner}" if isinstance(inner, str) else [f"{name}/{c}" for c in inner]
         return answer
     groups = [(int(i), np.flatnonzero(chosen == i)) for i in taken]
 
-    async def case(target: Node, path: str, at: np.ndarray) -> Answer:
+    async def case(name: str, target: Node, path: str, at: np.ndarray) -> Answer:
         try:
             return await runner.run_counted(target, call.under(path), {k: a[at] for k, a in arrays.items()}, depth + 1, f"case:{path}", rows=len(at))
         except RowInvalid as exc:  # a row of the case's: named as the request's row
             if not 0 <= exc.row < len(at):
-                raise
-            raise exc.at(int(at[exc.row])) from None
+                raise _in_case(exc, name) from None
+            raise _in_case(exc.at(int(at[exc.row])), name) from None
+        except Accepted:
+            raise
+        except SluiceError as exc:
+            raise _in_case(exc, name) from None
 
-    answers = await asyncio.gather(*(case(targets[i][1], call.subject(targets[i][0]), at) for i, at in groups))
+    answers = await asyncio.gather(*(case(targets[i][0], targets[i][1], call.subject(targets[i][0]), at) for i, at in groups))
     merged = _merge(rows, [at for _, at in groups], [a.result for a in answers], [targets[i][0] for i, _ in groups], chosen)
     first = answers[next(g for g, (_, at) in enumerate(groups) if at[0] == 0)]  # the answer names the first row's version
     # Each row's case (with a switch's inside it), the version that answered it, and where its
@@ -112,6 +129,15 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
     answer = Answer(first.signature, merged, first.version, case=said["case"], models=said["models"], exposed=exposed)
     answer.source, answer.computed_at = said["source"], said["computed_at"]
     return answer
+
+
+def _in_case(exc: SluiceError, name: str) -> SluiceError:
+    """A case's error, its message naming the case (as a sequence's names its step), and the
+    case taken in its details (`outer/inner` where a switch inside it named its own)."""
+    exc.message = f"case '{name}': {exc.message}"
+    exc.args = (exc.message,)
+    exc.details = {**exc.details, "case": joined_case(name, exc.details.get("case"))}
+    return exc
 
 
 def _merge(rows: int, where: list[np.ndarray], results: list[InferenceResult], cases: list[str], chosen: np.ndarray) -> InferenceResult:
