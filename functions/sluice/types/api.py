@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import Field, StrictInt
 
 from sluice.domain.requests import MAX_REQUEST_ID
 from sluice.domain.values import VersionNumber
-from sluice.types.base import WireModel
+from sluice.types.base import RequestParameters, WireModel
 
 
 class PredictionOptions(WireModel):
@@ -33,7 +33,7 @@ class PredictionRequest(WireModel):
         None, max_length=256, description="Sticky routing for splits (e.g. a user id); also read from the header the policy names."
     )
     variant: str | None = Field(None, max_length=64, description="Ask for a split's variant by name.")
-    parameters: dict[Annotated[str, Field(max_length=64)], StrictStr | StrictBool | StrictInt | StrictFloat] | None = Field(
+    parameters: RequestParameters | None = Field(
         None, max_length=32, description="Request parameters (strings, numbers, booleans) a switch's conditions may read (`parameters.<name>`)."
     )
     options: PredictionOptions = Field(default_factory=PredictionOptions)

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field, StrictInt
 
 from sluice.domain.requests import MAX_REQUEST_ID
-from sluice.types.base import OpenWireModel, WireModel
+from sluice.types.base import OpenWireModel, RequestParameters, WireModel
 
 Parameters = dict[str, Any]
 
@@ -52,7 +52,7 @@ class RequestOutput(OpenWireModel):
 
 class InferenceRequest(OpenWireModel):
     id: str | None = Field(None, max_length=MAX_REQUEST_ID)  # as simple JSON's request_id
-    parameters: Parameters | None = None
+    parameters: RequestParameters | None = Field(None, max_length=32)  # as Triton takes them, and simple JSON's
     inputs: list[RequestInput]
     outputs: list[RequestOutput] | None = None
 

@@ -273,3 +273,15 @@ async def _aio_calls(url: str, key: str) -> None:
             assert ex.message().startswith("Request for unknown model")
         else:
             raise AssertionError("an unknown model answered")
+
+
+def test_v2_request_parameters_are_strings_numbers_and_booleans_as_triton_takes_them(http: TestClient, keys: dict[str, str]) -> None:
+    """Triton refuses a request parameter of any other type (a 400 naming it); sluice's v2
+    parameters are held to the rule its simple JSON's are (at most 32): they were taken and
+    ignored, whatever they held."""
+    body = {"inputs": [{"name": "input", "shape": list(ROWS.shape), "datatype": "FP32", "data": ROWS.ravel().tolist()}]}
+    fine = {"binary_data_output": False, "sequence_id": 7, "priority": 1, "timeout": 100, "tier": "gold", "weight": 0.5}
+    assert http.post("/v2/models/iris/infer", json={**body, "parameters": fine}, headers=auth(keys["acme"])).status_code == 200
+    for parameters, field in (({"a": {"b": 1}}, "parameters.a"), ({"a": [1, 2]}, "parameters.a"), ({"a": None}, "parameters.a"), ({f"k{i}": i for i in range(33)}, "parameters")):
+        r = http.post("/v2/models/iris/infer", json={**body, "parameters": parameters}, headers=auth(keys["acme"]))
+        assert r.status_code == 422 and r.json()["field"].startswith(field), (parameters, r.text)
