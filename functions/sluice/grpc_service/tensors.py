@@ -54,8 +54,9 @@ def _dtype(name: str, datatype: str) -> np.dtype:
     return dtype
 
 
-def split_bytes(name: str, raw: bytes) -> list[bytes]:
-    """BYTES elements from Triton's serialization: each a 4-byte little-endian length, then it."""
+def split_bytes(name: str, raw: bytes) -> list[str]:
+    """BYTES elements from Triton's serialization: each a 4-byte little-endian length, then it;
+    each text in UTF-8, as REST's binary elements are (`_text`)."""
     out, at, end = [], 0, len(raw)
     view = memoryview(raw)
     while at < end:
@@ -65,15 +66,24 @@ def split_bytes(name: str, raw: bytes) -> list[bytes]:
         at += 4
         if at + size > end:
             raise InvalidInput(f"raw content of BYTES input '{name}' is shorter than its length prefix says", field=f"inputs.{name}")
-        out.append(bytes(view[at : at + size]))
+        out.append(_text(name, len(out), view[at : at + size]))
         at += size
     return out
+
+
+def _text(name: str, index: int, element: Any) -> str:
+    """A BYTES element as the text a model takes (JSON's strings and REST's binary elements
+    alike), or a refusal naming it, as REST's: `element 3 of BYTES input 'x' is not UTF-8`."""
+    try:
+        return str(element, "utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"element {index} of BYTES input '{name}' is not UTF-8", field=f"inputs.{name}") from None
 
 
 def _from_raw(name: str, datatype: str, shape: tuple[int, ...], raw: bytes) -> Any:
     dtype = _dtype(name, datatype)
     if datatype == "BYTES":
-        return split_bytes(name, raw)  # the core decodes each as UTF-8 and checks the count
+        return split_bytes(name, raw)  # text, as JSON strings are; the core checks the count
     want = math.prod(shape) * dtype.itemsize
     if len(raw) != want:
         raise InvalidInput(
@@ -90,7 +100,7 @@ def _from_contents(name: str, datatype: str, contents: Any) -> Any:
         raise InvalidInput(f"{datatype} input '{name}' has no typed contents: send it in raw_input_contents", field=f"inputs.{name}")
     values = getattr(contents, field)
     if datatype == "BYTES":
-        return list(values)
+        return [_text(name, i, value) for i, value in enumerate(values)]
     # Element by element into the array: `np.asarray` would first build a Python list of them
     # (a 5 MiB FP32 tensor: 1.3 million float objects, ~40 MiB more, held by the allocator after).
     try:

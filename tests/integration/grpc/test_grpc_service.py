@@ -85,6 +85,28 @@ def test_bytes_inputs_and_outputs(grpc_url: str, keys: dict[str, str]) -> None:
     assert [w.decode() for w in result.as_numpy("echo")] == ["cat", "émeu", "newt"]
 
 
+def test_a_bytes_element_that_is_not_utf8_is_refused_naming_it_on_both_gRPC_forms(grpc_url: str, keys: dict[str, str]) -> None:
+    """BYTES elements are text to a model here, on every door: one that is not UTF-8 (a JPEG's
+    first bytes) is refused naming the element, as REST's binary form says it; it said the data
+    was 'not a list of BYTES values', naming a field gRPC does not have."""
+    from tritonclient.grpc import service_pb2 as pb
+
+    client = grpcclient.InferenceServerClient(grpc_url)
+    tensor = grpcclient.InferInput("word", [2], "BYTES")
+    tensor.set_data_from_numpy(np.array([b"cat", b"\xff\xd8\xff\xe0JFIF"], dtype=object))
+    refused = fails(client.infer, "words", [tensor], headers=auth(keys["acme"]))
+    assert refused.status() == "StatusCode.INVALID_ARGUMENT" and refused.message() == "element 1 of BYTES input 'word' is not UTF-8"
+    channel, stub = _stub(grpc_url)
+    with channel:
+        typed = pb.ModelInferRequest.InferInputTensor(name="word", datatype="BYTES", shape=[2])
+        typed.contents.bytes_contents.extend([b"\xff", b"cat"])
+        import grpc
+
+        with pytest.raises(grpc.RpcError) as typed_refused:
+            stub(channel).ModelInfer(pb.ModelInferRequest(model_name="words", inputs=[typed]), metadata=tuple(auth(keys["acme"]).items()))
+    assert typed_refused.value.details() == "element 0 of BYTES input 'word' is not UTF-8"
+
+
 def _stub(url: str) -> Any:
     import grpc
     from tritonclient.grpc import service_pb2_grpc
