@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from math import isfinite
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,11 @@ from sluice.caching import keep
 from sluice.codecs.casts import cast_exact, holds_text
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
 from sluice.domain.errors import InvalidInput, NotFinite, PayloadTooLarge
+
+# A number past a float input's range (3.5e38 for FP32) becomes infinite as it is read, and the
+# check below refuses it saying so: NumPy's warning of the same, printed on stderr once per place
+# (a stream's or a worker's log), says nothing more.
+warnings.filterwarnings("ignore", "overflow encountered in cast", RuntimeWarning)
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -89,7 +95,8 @@ def check_inputs(
                 text = ": text or numbers, not null, true/false, an object or a list" if spec.datatype == "BYTES" else ""
                 raise InvalidInput(f"input '{spec.name}' must hold {spec.datatype} values{text}", field=where) from None
         if spec.datatype in FLOAT_TYPES and spec.name not in finite and not np.isfinite(array).all():
-            raise NotFinite(f"input '{spec.name}' holds NaN or infinite values", field=where)
+            past = "" if spec.datatype == "FP64" else f", or numbers past {spec.datatype}'s range"
+            raise NotFinite(f"input '{spec.name}' holds NaN or infinite values{past}", field=where)
         ready[spec.name] = array
     return ready
 

@@ -167,3 +167,24 @@ def test_a_bytes_input_takes_text_and_numbers_never_null_booleans_objects_or_lis
     with pytest.raises(InvalidInput) as refused:
         check_inputs(WORDS, {"word": bad}, max_elements=100, **kw)
     assert refused.value.field == "inputs.word" and "not null, true/false, an object or a list" in refused.value.message
+
+
+
+def test_a_number_past_fp32s_range_is_refused_saying_so_without_numpys_warning() -> None:
+    """3.5e38 read into an FP32 input is infinite (as a request's JSON is read): refused naming
+    the input and the range; and reading it prints no NumPy RuntimeWarning on stderr once the
+    core is imported (a stream's log printed one)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import sluice
+    from sluice.domain.errors import NotFinite
+
+    with pytest.raises(NotFinite, match="past FP32's range"):
+        check({**good(), "x": np.asarray([[np.inf, 1.0, 2.0]], dtype=np.float32)})
+    read = "import sluice.validation, numpy as np; np.asarray([[3.5e38, 1.0]], dtype=np.float32)"
+    env = {**os.environ, "PYTHONPATH": str(Path(sluice.__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-W", "default", "-c", read], capture_output=True, text=True, check=True, timeout=60, env=env)
+    assert "overflow" not in done.stderr, done.stderr
