@@ -34,11 +34,11 @@ if TYPE_CHECKING:
     from sluice.domain import Principal
     from sluice.wiring import Container
 
-STORED = {1: 7, 3: 21, 5: 35}  # the table's entities (x) and their answers
+STORED = {"t": {1: 7, 3: 21, 5: 35, 30: 99}, "t2": {2: 11, 20: 12, 50: 13}}  # each table's entities (x) and their answers
 
 
-def _table(x: str) -> dict[str, Any]:
-    return {"kind": "precomputed", "table": "t", "key": f"inputs.{x}", "max_age_s": 3600, "live": single("ratio", 1)}
+def _table(x: str, live: dict[str, Any] | None = None, table: str = "t") -> dict[str, Any]:
+    return {"kind": "precomputed", "table": table, "key": f"inputs.{x}", "max_age_s": 3600, "live": live or single("ratio", 1)}
 
 
 INNER = {"kind": "switch", "cases": [{"name": "wide", "when": {"field": "inputs.x", "op": ">", "value": 25}, "target": single("echo", 1)}], "default": single("ratio", 1)}
@@ -50,9 +50,14 @@ SWITCH = {
     ],
     "default": single("echo", 1),
 }
+# A switch on a header no request sends: the whole request takes its default (the one-case path).
+HEADER = {"kind": "switch", "cases": [{"name": "never", "when": {"field": "headers.x-a", "op": "==", "value": "zz"}, "target": single("echo", 1)}]}
+INNER_TABLE = {"kind": "switch", "cases": [{"name": "t2", "when": {"field": "inputs.x", "op": "<", "value": 25}, "target": _table("x", table="t2")}], "default": INNER}
 POLICIES = {
     "table over a switch": {"kind": "precomputed", "table": "t", "key": "inputs.x", "max_age_s": 3600, "live": SWITCH},
     "switch over a table": SWITCH,
+    "table over a switch over a table": _table("x", INNER_TABLE),
+    "header switch over a table over a switch": {**HEADER, "default": _table("x", INNER)},
 }
 XS = st.lists(st.sampled_from([1, 2, 3, 5, 7, 20, 30, 50, 60]), min_size=1, max_size=9)
 
@@ -68,9 +73,11 @@ def rowed(demo: Container, acme: Principal) -> Container:
     demo.models.push(acme, "ratio", ratio_model())
     store, now = demo.precomputed, time.time()
     assert store is not None
-    rows = [(str(x), encode_rows({"y": np.full((1, 1), y, np.int64)}, 1)[0]) for x, y in STORED.items()]
-    store.put_answers("acme", "t", "g1", rows, computed_at=now - 60, expires_at=now + 3600)
-    store.publish("acme", "t", Publication("g1", "job-g1", "ratio", [{"name": "y", "datatype": "INT64", "shape": [-1, 1]}], published_at=now), expires_at=now + 3600)
+    for table, stored in STORED.items():  # each table's answers computed at another time
+        rows = [(str(x), encode_rows({"y": np.full((1, 1), y, np.int64)}, 1)[0]) for x, y in stored.items()]
+        store.put_answers("acme", table, "g1", rows, computed_at=now - 60 * len(table), expires_at=now + 3600)
+        outputs = [{"name": "y", "datatype": "INT64", "shape": [-1, 1]}]
+        store.publish("acme", table, Publication("g1", "job-g1", "ratio", outputs, published_at=now), expires_at=now + 3600)
     for name, policy in POLICIES.items():
         demo.deployments.create(acme, name.replace(" ", "-"), policy)
     return demo
@@ -93,7 +100,7 @@ def _said(c: Container, acme: Principal, deployment: str, xs: list[int]) -> tupl
     return prediction.answer.result.outputs["y"].reshape(-1).tolist(), [row(i) for i in range(n)]
 
 
-@hypothesis.settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hypothesis.settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(xs=XS, name=st.sampled_from(sorted(POLICIES)))
 def test_each_row_says_what_a_request_of_that_row_alone_says(rowed: Container, acme: Principal, xs: list[int], name: str) -> None:
     deployment = name.replace(" ", "-")
@@ -101,9 +108,12 @@ def test_each_row_says_what_a_request_of_that_row_alone_says(rowed: Container, a
     for x, value, said in zip(xs, values, rows, strict=True):
         alone_values, (alone,) = _said(rowed, acme, deployment, [x])
         assert value == alone_values[0], (x, xs)
-        if alone["source"] is None and said["source"] == "live":  # a row computed live, where others came from a table
+        # The one thing a row says beside others and not alone: `live`, where other rows came
+        # from a table and it passed no precomputed node (alone it has no source to say).
+        if alone["source"] is None and said["source"] == "live":
             alone["source"] = "live"
         assert said == alone, (x, xs, said, alone)
+        assert said["case"] is None or "None" not in said["case"], said  # never the text of a missing inner case
 
 
 def test_a_batch_job_counts_every_row_under_the_version_that_answered_it(rowed: Container, acme: Principal, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from sluice.grpc_service import address
 from sluice.grpc_service.calls import CALLER, GRPC_MISSING_KEY, call_metadata, status_of
 from sluice.grpc_service.service import InferenceService
 from sluice.services.admission import Admission, Capacity
+from sluice.settings.process import C_INT_MAX
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -40,7 +41,7 @@ def options(max_request_bytes: int, max_response_bytes: int, *, share_port: bool
     # service let through (at most the limit) never ends the whole stream.
     return [
         ("grpc.max_receive_message_length", transport_bound(max_request_bytes)),
-        ("grpc.max_send_message_length", max_response_bytes + STREAM_ENVELOPE_BYTES),
+        ("grpc.max_send_message_length", min(max_response_bytes + STREAM_ENVELOPE_BYTES, C_INT_MAX)),
         ("grpc.so_reuseport", 1 if share_port else 0),
     ]
 

@@ -49,6 +49,7 @@ from sluice.registry.scope import bind_tenant, unbind_tenant, use_tenant
 from sluice.services.health import registry_answers
 from sluice.services.keys import HeldKey
 from sluice.services.triton_ext import TritonExtensions, control_refused
+from sluice.types.base import check_parameters
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -282,7 +283,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             raise request.malformed
         message = request.message  # its fields; the raw contents are the request's (wire.InferRequest)
         rid = request_id({}, metadata, message.id, field="id")  # type: ignore[arg-type]
-        params = {k: _parameter(v) for k, v in message.parameters.items()}
+        params = check_parameters({k: _parameter(v) for k, v in message.parameters.items()})  # REST's rule for them
         if params.get("upload_id") is not None:  # never read here: refused, as a WebSocket message's is, not ignored
             raise BadRequest("upload_id: uploads are for the HTTP API; over gRPC, send the inputs in the message", field="upload_id")
         wanted = tuple(out.name for out in message.outputs) or None

@@ -102,8 +102,8 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
             raise
         except SluiceError as exc:
             raise _in_case(exc, name) from None
-        inner = answer.case
-        answer.case = name if inner is None else f"{name}/{inner}" if isinstance(inner, str) else [f"{name}/{c}" for c in inner]
+        inner = answer.case  # a switch's inside it: one case, or one a row (none for a precomputed table's rows)
+        answer.case = [joined_case(name, c) for c in inner] if isinstance(inner, list) else joined_case(name, inner)
         return answer
     groups = [(int(i), np.flatnonzero(chosen == i)) for i in taken]
 

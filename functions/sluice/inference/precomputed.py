@@ -231,8 +231,8 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
         raise
     runner.stats.request(live_key, (time.perf_counter() - started) * 1000, ok=True, rows=len(misses))
     runner.stats.add(live_key, {"stale": stale, "unfit": unfit, "missing": len(misses) - stale - unfit} if unfit else {"stale": stale, "missing": len(misses) - stale})
-    if not hits:
-        answer.source = "live"
+    if not hits:  # live, or where the live node's own answer says (a precomputed node inside it)
+        answer.source = "live" if answer.source is None else answer.source
         return answer
     answer.result = _merged(rows, np.asarray(misses), answer.result, np.asarray(at), outputs, publication.classes if publication else {})
     # Each row's case, version and source in the rows' order: the live ones as the live node said

@@ -32,6 +32,8 @@ def _scalar(value: Any) -> Any:
     parameter, not one per type a value might have been)."""
     if isinstance(value, str | bool | int) or (isinstance(value, float) and math.isfinite(value)):
         return value
+    if isinstance(value, float):
+        raise ValueError("a parameter's number is finite, not NaN or infinity")
     raise ValueError("a parameter is a string, a number or a boolean")
 
 
@@ -39,3 +41,22 @@ ParameterValue = Annotated[Any, AfterValidator(_scalar), WithJsonSchema({"anyOf"
 # A request's parameters (simple JSON's, a v2 request's): strings, numbers and booleans, as
 # Triton takes them, at most 32 (`RequestParameters`' field bounds them), named in 64 characters.
 RequestParameters = dict[Annotated[str, Field(max_length=64)], ParameterValue]
+MAX_PARAMETERS = 32
+
+
+def check_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
+    """`parameters` held to `RequestParameters`' rule where no wire model reads them (gRPC's
+    typed parameters: a count, a name's length, a parameter sent with no value), the first
+    problem a 400 naming it as REST's 422 does (`parameters`, `parameters.<name>`)."""
+    from sluice.domain.errors import InvalidInput
+
+    if len(parameters) > MAX_PARAMETERS:
+        raise InvalidInput(f"a request has at most {MAX_PARAMETERS} parameters, not {len(parameters)}", field="parameters")
+    for name, value in parameters.items():
+        if len(name) > 64:
+            raise InvalidInput(f"a parameter's name is at most 64 characters: {name[:40]!r}…", field="parameters")
+        try:
+            _scalar(value)
+        except ValueError as exc:
+            raise InvalidInput(str(exc), field=f"parameters.{name}") from None
+    return parameters

@@ -65,6 +65,42 @@ def test_a_streamed_answer_at_the_response_limit_is_sent_and_the_stream_goes_on(
     assert "over the" in answers[1].error_message and answers[2].error_message == ""
 
 
+def test_the_server_starts_with_the_largest_response_limit_the_setting_takes(served: Container) -> None:
+    """The stream's room above the limit is never past what gRPC's C int holds."""
+    from sluice.settings.process import C_INT_MAX
+
+    served.settings.limits.max_response_bytes = C_INT_MAX
+    with run_server(served) as url:
+        assert grpcclient.InferenceServerClient(url).is_server_live()
+
+
+def test_grpc_request_parameters_are_held_to_the_rule_rest_holds_them_to(served: Container, keys: dict[str, str]) -> None:
+    """At most 32, names of 64 characters, each a string, a number or a boolean: a parameter
+    sent with no value (none of its fields set) read as nothing, and 40 of them were taken."""
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+    def request(**parameters: Any) -> Any:
+        message = pb.ModelInferRequest(model_name="diabetes")
+        message.inputs.add(name="input", datatype="FP32", shape=[1, 10])
+        message.raw_input_contents.append(np.zeros((1, 10), dtype=np.float32).tobytes())
+        for name, value in parameters.items():
+            if value is not None:
+                setattr(message.parameters[name], {bool: "bool_param", int: "int64_param", str: "string_param", float: "double_param"}[type(value)], value)
+            else:
+                message.parameters[name].Clear()  # named, no value
+        return message
+
+    metadata = tuple(auth(keys["acme"]).items())
+    with run_server(served) as url:
+        stub = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(url))
+        assert stub.ModelInfer(request(tier="gold", priority=1, sequence_id=7, weight=0.5, flag=True), metadata=metadata).model_name == "diabetes"
+        for parameters, said in (({"nothing": None}, "a parameter is a string, a number or a boolean"), ({f"k{i}": i for i in range(33)}, "at most 32 parameters"), ({"x" * 65: 1}, "at most 64 characters")):
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.ModelInfer(request(**parameters), metadata=metadata)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and said in refused.value.details(), refused.value.details()
+
+
 def test_calls_at_once_are_bounded(served: Container, keys: dict[str, str]) -> None:
     served.settings.serve.grpc_max_concurrent_rpcs = 2
     streams = []
