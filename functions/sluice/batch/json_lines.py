@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.batch.columns import FINE_NUMBER_BYTES
+from sluice.batch.columns import FINE_NUMBER_BYTES, fine_number_of
 from sluice.batch.pieces import EXACT_INTEGERS, Piece, arrow_types, check_rows, is_utf8, shown
 from sluice.batch.records import CARRIAGE
 from sluice.codecs.datatypes import V2_TO_NUMPY
@@ -45,9 +45,11 @@ def read_json_lines(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed]
         # Key columns are read as they come (a number or a string) and then made text. The
         # columns of 64-bit integer inputs as floats first, which hold every value below 2**53
         # exactly (`5` and `5.0` alike); past it, again as integers (exactly), else line by line.
-        # A number written finer than a float keeps (`columns.FINE_NUMBER`): as integers, then
-        # line by line, where its text is read exactly (a fraction the float would round away fails).
-        floats_first = exact and not FINE_NUMBER_BYTES.search(region)
+        # An integer input's number written finer than a float keeps (`columns.FINE_NUMBER`):
+        # as integers, then line by line, where its text is read exactly (a fraction the float
+        # would round away fails). Looked for in those members alone (`fine_number_of`), or
+        # anywhere where a line escapes a name (`"\u0078"` is `"x"`).
+        floats_first = exact and not _fine(region, exact)
         for kinds in ((schema,) if not floats_first else (_as_floats(schema, exact), schema)):
             try:
                 table = pj.read_json(
@@ -124,6 +126,13 @@ def _one_object_per_line(owned: Owned) -> bool:
         if np.bincount(np.searchsorted(first, at, side="right"), minlength=len(first) + 1)[1:].max() > DEPTH:  # [0]: before line 1
             return False
     return True
+
+
+def _fine(region: bytes, names: set[str]) -> bool:
+    """Whether a member of `names` in `region` may hold a number a float does not read as written."""
+    if b"\\u" in region:  # a name may be escaped: any such number, wherever it stands
+        return FINE_NUMBER_BYTES.search(region) is not None
+    return any(fine_number_of(name).search(region) is not None for name in names)
 
 
 def _nan_or_infinity(data: bytes) -> bool:
@@ -320,7 +329,7 @@ def _numbers(value: Any) -> tuple[list[float | None] | None, str | None]:
     from sluice.domain.values import parse_number
 
     if not isinstance(value, list):
-        return None, repr(str(value)[:40])
+        return None, repr(_json_text(value)[:40])
     out: list[float | None] = []
     for item in value:
         if item is None or (isinstance(item, int | float) and not isinstance(item, bool)):
@@ -328,7 +337,7 @@ def _numbers(value: Any) -> tuple[list[float | None] | None, str | None]:
         elif isinstance(item, str) and (number := parse_number(item)) is not None:
             out.append(number)
         else:
-            return None, repr(str(item)[:40])
+            return None, repr(_json_text(item)[:40])
     return out, None
 
 

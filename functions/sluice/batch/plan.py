@@ -230,18 +230,26 @@ def _plan_parquet(uri: str, stat: Stat, files: FileStore, chunk_rows: int) -> tu
     columns = list(schema.names)
     _once_each(columns, f"the Parquet file {uri}")
     sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
-    return columns, row_ranges(sizes, chunk_rows), {f.name: _kind(f.type) for f in schema}
+    return columns, row_ranges(sizes, chunk_rows), {f.name: kind for f in schema if (kind := _kind(f.type)) is not None}
 
 
-def _kind(arrow_type: pa.DataType) -> str:
-    """A column's type as its rows read (text stored as a dictionary, or large, is text)."""
+def _kind(arrow_type: pa.DataType) -> str | None:
+    """A column's kind as its rows come out in a key column: text (stored as a dictionary, or
+    large, too), integers (of any width), floats, ... ; None for a column of nothing but nulls,
+    which is of whatever kind the others are."""
     import pyarrow as pa
 
     if pa.types.is_dictionary(arrow_type):
         arrow_type = arrow_type.value_type
-    if pa.types.is_large_string(arrow_type):
+    if pa.types.is_null(arrow_type):
+        return None
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
         return "string"
-    return "binary" if pa.types.is_large_binary(arrow_type) else str(arrow_type)
+    if pa.types.is_integer(arrow_type):
+        return "integer"
+    if pa.types.is_floating(arrow_type):
+        return "floating"
+    return "binary" if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type) else str(arrow_type)
 
 
 def _once_each(names: list[str], what: str) -> None:
@@ -285,7 +293,7 @@ COMPRESSED = (
 def _plan_text(uri: str, fmt: str, stat: Stat, files: FileStore, chunk_bytes: int) -> tuple[list[str], list[Chunk]]:
     grammar = grammar_of(fmt)
     head = _head(files, uri, stat)
-    _refuse_compressed(uri, head)
+    _refuse_compressed(uri, head, _tail(files, uri, stat) if head.startswith(PARQUET_MAGIC) else b"")
     data = data_start(head)  # after a byte order mark
     if data and data >= stat.size:
         raise InvalidInput(f"{uri} holds nothing but a byte order mark: there is nothing to score", field="input_uri")
@@ -298,9 +306,14 @@ def _plan_text(uri: str, fmt: str, stat: Stat, files: FileStore, chunk_bytes: in
         data = header[1]
     else:
         opening, whole = _opening(files, uri, stat)[data:], stat.size <= MAX_HEADER_BYTES
-        if not whole and b"\n" not in opening:  # a first line longer than the opening: read on to its end
-            opening, whole = _first_line(files, uri, stat, data)
-        columns = _jsonl_fields(opening, whole=whole)
+        try:
+            columns = _jsonl_fields(opening, whole=whole)
+        except InvalidInput:  # no whole object line in the opening: the line it ends inside, read on to its end
+            if whole:
+                raise
+            cut = opening.rfind(b"\n") + 1
+            line, whole = _first_line(files, uri, stat, data + cut)
+            columns = _jsonl_fields(opening[:cut] + line, whole=whole)
     ranges = [(s, min(s + chunk_bytes, stat.size)) for s in range(data, stat.size, chunk_bytes)]
     with ThreadPoolExecutor(COUNT_THREADS) as pool:
         counts = list(pool.map(lambda r: count_range(files, uri, stat.version, *r, grammar, size=stat.size), ranges))
@@ -330,8 +343,18 @@ def _head(files: FileStore, uri: str, stat: Stat) -> bytes:
     return bytes(out)
 
 
-def _refuse_compressed(uri: str, head: bytes) -> None:
-    if head.startswith(b"PAR1"):  # a Parquet file read as text: its columns would be bytes
+PARQUET_MAGIC = b"PAR1"  # a Parquet file's first and last four bytes
+
+
+def _tail(files: FileStore, uri: str, stat: Stat) -> bytes:
+    """The input's last four bytes (a Parquet file's footer magic)."""
+    return b"".join(files.read_blocks(uri, stat.version, max(0, stat.size - 4), stat.size))
+
+
+def _refuse_compressed(uri: str, head: bytes, tail: bytes = b"") -> None:
+    """`tail`: the last four bytes, read where the first are Parquet's (a CSV header may begin
+    `PAR1`, as a gene's name does: only a file that ends so too is Parquet)."""
+    if head.startswith(PARQUET_MAGIC) and tail == PARQUET_MAGIC:  # a Parquet file read as text: its columns would be bytes
         raise BadRequest(
             f"{uri.rsplit('/', 1)[-1]} is a Parquet file (it starts with PAR1), whatever its name or the format given "
             "says: name it .parquet or give the format parquet",
@@ -374,8 +397,8 @@ def _opening(files: FileStore, uri: str, stat: Stat) -> bytes:
 
 
 def _first_line(files: FileStore, uri: str, stat: Stat, start: int) -> tuple[bytes, bool]:
-    """The input's first line from `start`, with its newline, read on past the opening to its
-    end (at most `MAX_FIRST_LINE_BYTES`), and whether that is the whole input."""
+    """The line from `start`, with its newline, read on past the opening to its end (at most
+    `MAX_FIRST_LINE_BYTES`), and whether the input ends with it."""
     out = bytearray()
     end = min(stat.size, start + MAX_FIRST_LINE_BYTES + 1)
     for block in files.read_blocks(uri, stat.version, start, end):
@@ -385,8 +408,8 @@ def _first_line(files: FileStore, uri: str, stat: Stat, start: int) -> tuple[byt
             return bytes(out), False
         out += block
     if end < stat.size or len(out) > MAX_FIRST_LINE_BYTES:
-        raise InvalidInput(f"the first line of the input is longer than {MAX_FIRST_LINE_BYTES >> 20} MiB: no field of it can be read", field="input_uri")
-    return bytes(out), True  # one line, the whole input
+        raise InvalidInput(f"a line near the start of the input is longer than {MAX_FIRST_LINE_BYTES >> 20} MiB: no field of it can be read", field="input_uri")
+    return bytes(out), True  # the input's last line
 
 
 def _jsonl_fields(opening: bytes, *, whole: bool) -> list[str]:

@@ -389,9 +389,14 @@ class PredictionService:
         longer be read, never another policy in its place). Every path that follows a reference
         (running it, deriving what a policy takes and answers, the prediction cache's route)
         reads it here."""
-        dep, node = await self.deployment_of(tenant, name)
         pins = PINNED_REFS.get()
         pinned = pins.get(name) if pins else None
+        try:
+            dep, node = await self.deployment_of(tenant, name)
+        except UnknownDeployment:
+            if pinned is None:
+                raise
+            raise NotFound(f"revision {pinned} of deployment '{name}' can no longer be read: the deployment was deleted", field="deployment") from None
         if pinned is not None and pinned != dep.revision:
             return await self.revisions.at(dep, pinned)
         return dep, node

@@ -412,6 +412,28 @@ def test_a_job_whose_referenced_deployment_was_made_again_meanwhile_fails_saying
     assert done.refs == {"iris": started}
 
 
+def test_a_job_whose_referenced_deployment_was_deleted_meanwhile_fails_naming_its_pinned_revision(
+    batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleted (not made again): the chunks left fail naming the revision pinned, as for the
+    job's own deployment, not with a bare 'not found'."""
+    batch.models.push(acme, "iris", (Path(__file__).parents[3] / "models" / "iris_forest.onnx").read_bytes())
+    batch.deployments.create(acme, "front", {"kind": "ref", "deployment": "iris"})
+    started = batch.deployments.get(acme, "iris").revision
+    path = write_input(tmp_path / "in.csv", iris_rows(3000))
+    job = batch.batch.submit(acme, deployment="front", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+
+    def deleted() -> None:
+        batch.deployments.update(acme, "front", {"kind": "single", "model": "iris", "version": 1})  # no longer referencing it,
+        batch.deployments.delete(acme, "iris")  # so it may be deleted
+
+    _update_after_first_chunk(monkeypatch, deleted)
+    LocalOrchestrator(batch.batch_runner, concurrency=1).run(acme.tenant, job.id)
+    done = batch.batch.get(acme, job.id)
+    assert done.status == "FAILED" and done.chunks_done == 1, done.error
+    assert f"revision {started} of deployment 'iris' can no longer be read: the deployment was deleted" in (done.error or ""), done.error
+
+
 def test_a_job_whose_deployment_was_deleted_meanwhile_fails_saying_so(
     batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -360,13 +360,19 @@ def test_compressed_bytes_under_a_plain_name_are_refused_as_compressed(batch: Co
 
 @pytest.mark.parametrize("name", ["day.csv", "day.jsonl"])
 def test_a_parquet_file_under_a_text_name_is_refused_as_parquet(batch: Container, acme: Principal, tmp_path: Path, name: str) -> None:
-    """Read as CSV, its 'columns' were its bytes, echoed back in the error."""
+    """Read as CSV, its 'columns' were its bytes, echoed back in the error. A CSV whose header
+    begins `PAR1` (a gene's name) is a CSV: a Parquet file ends with those bytes too."""
     import pyarrow.parquet as pq
 
     path = tmp_path / name
     pq.write_table(pa.table({"id": ["a"], **{f: [1.0] for f in FEATURES}}), path)
     job = run_job(batch, acme, path, deployment="iris")
     assert job.status == "FAILED" and f"{name} is a Parquet file (it starts with PAR1)" in (job.error or ""), job.error
+    if name.endswith(".csv"):
+        genes = tmp_path / "genes.csv"
+        genes.write_text("PAR1_expr," + ",".join(FEATURES) + "\n" + "".join(f"{i}," + ",".join(["1.0"] * 4) + "\n" for i in range(3)))
+        job = run_job(batch, acme, genes, deployment="iris", output_uri=str(tmp_path / "genes-out"))
+        assert (job.status, job.rows_out) == ("SUCCEEDED", 3), job.error
 
 
 def test_batch_run_refuses_compressed_bytes_named_csv_as_a_failed_job(tmp_path: Path) -> None:
@@ -431,6 +437,10 @@ def test_a_json_lines_first_line_longer_than_the_opening_is_read_to_its_end(batc
     job = run_job(batch, acme, path, deployment="iris", key_columns=["id"])
     assert (job.status, job.rows_in, job.rows_out, job.rows_failed) == ("SUCCEEDED", 2, 2, 0), job.error
     _check_scored(job, {r["id"]: [r[f] for f in FEATURES] for r in iris_rows(20)[:2]})
+    after_blank = tmp_path / "after-blank.jsonl"  # the long line after a blank first one: read on to its end too
+    after_blank.write_bytes(b"\r\n" + long + b"\n" + _line(1) + b"\n")
+    job = run_job(batch, acme, after_blank, deployment="iris", key_columns=["id"], output_uri=str(tmp_path / "blank-out"))
+    assert (job.status, job.rows_in, job.rows_out, job.rows_failed) == ("SUCCEEDED", 3, 2, 1), job.error
     monkeypatch.setattr(plan, "MAX_FIRST_LINE_BYTES", 1 << 20)
     refused = run_job(batch, acme, path, deployment="iris", key_columns=["id"], output_uri=str(tmp_path / "again"))
-    assert refused.status == "FAILED" and "the first line of the input is longer than 1 MiB" in (refused.error or ""), refused.error
+    assert refused.status == "FAILED" and "a line near the start of the input is longer than 1 MiB" in (refused.error or ""), refused.error

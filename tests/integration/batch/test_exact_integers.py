@@ -67,7 +67,7 @@ def test_whole_numbers_written_otherwise_are_the_integers_their_text_says(batch:
     assert refused == ["'x' is not a number: '0x10'", "'x' must be a whole number", "'x' is not a number: 'true'"]
 
 
-FRACTIONS = ("", ".0", ".5", ".0000000000000000001", ".00000000000000000000", ".9999999999999999999", ".49999999999999999")
+FRACTIONS = ("", ".0", ".5", ".0000000000000000001", ".00000000000000000000", ".9999999999999999999", ".49999999999999999", "e-400", "e2", ".5e1")
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -106,6 +106,7 @@ def test_an_integer_inputs_value_is_taken_or_refused_by_what_it_writes_alone(
         ("number.jsonl", f'{{"x": {text}}}\n'),
         ("company.jsonl", f'{{"x": {text}}}\n{{"x": {company}}}\n'),
         ("string.jsonl", f'{{"x": "{text}"}}\n'),
+        ("noise.jsonl", f'{{"x": {text}, "note": 0.3333333333333333}}\n'),  # another member's digits change nothing
     ):
         path = tmp_path / f"{made}-{datatype}-{name}"
         path.write_text(body)
