@@ -83,8 +83,8 @@ class Files:
     def delete(self, uri: str) -> None:
         self.store(uri).delete(uri)
 
-    def names(self, folder: str) -> list[str]:
-        return self.store(folder).names(folder)
+    def names(self, folder: str, *, depth: int | None = None) -> list[str]:
+        return self.store(folder).names(folder, depth=depth)
 
     def check_folder(self, folder: str) -> None:
         self.store(folder).check_folder(folder)

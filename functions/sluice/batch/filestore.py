@@ -61,8 +61,9 @@ class FileStore(Protocol):
 
     def delete(self, uri: str) -> None: ...
 
-    def names(self, folder: str) -> list[str]:
-        """The files under the folder (or prefix) `folder`, as paths relative to it."""
+    def names(self, folder: str, *, depth: int | None = None) -> list[str]:
+        """The files under the folder (or prefix) `folder`, as paths relative to it; `depth`:
+        no more than that many folders down (0: those directly in it), never the whole tree."""
         ...
 
     def check_folder(self, folder: str) -> None:

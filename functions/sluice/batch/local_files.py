@@ -104,13 +104,15 @@ class LocalFiles:
         with os_errors(uri, field="output_uri"), contextlib.suppress(FileNotFoundError, NotADirectoryError):  # nothing there
             self.fs.delete_file(_path(uri))
 
-    def names(self, folder: str) -> list[str]:
+    def names(self, folder: str, *, depth: int | None = None) -> list[str]:
         from pyarrow.fs import FileSelector, FileType
 
         root = _path(folder).rstrip("/")
         with os_errors(folder):
             if self.fs.get_file_info(root).type != FileType.Directory:
                 return []
+            if depth is not None:  # a walk that stops `depth` folders down (never the whole of a large tree)
+                return _names_within(root, depth)
             found = self.fs.get_file_info(FileSelector(root, recursive=True))
         return [info.path[len(root) + 1 :] for info in found if info.type == FileType.File]
 
@@ -172,3 +174,16 @@ def _reason(exc: OSError, uri: str) -> str:
 
 def _path(uri: str) -> str:
     return str(local_path(uri).absolute())
+
+
+def _names_within(root: str, depth: int, below: str = "") -> list[str]:
+    """The files under `root`, as paths relative to it, no more than `depth` folders down."""
+    out: list[str] = []
+    with os.scandir(os.path.join(root, below) if below else root) as entries:
+        for entry in entries:
+            name = f"{below}/{entry.name}" if below else entry.name
+            if entry.is_file():
+                out.append(name)
+            elif depth > 0 and entry.is_dir(follow_symlinks=False):
+                out += _names_within(root, depth - 1, name)
+    return out

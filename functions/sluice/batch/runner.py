@@ -195,7 +195,7 @@ class BatchRunner:
     def _clear_results(self, job: BatchJob) -> None:
         """Remove an earlier job's results from the output folder (only the names a job
         writes: anything else there is left alone), `_SUCCESS` first."""
-        stale = [n for n in self.files.names(job.output_uri) if RESULT_NAMES.fullmatch(n)]
+        stale = [n for n in self.files.names(job.output_uri, depth=1) if RESULT_NAMES.fullmatch(n)]  # its names: in it and in errors/
         for name in sorted(stale, key=lambda n: n != SUCCESS):
             self.files.delete(join(job.output_uri, name))
 
@@ -324,7 +324,7 @@ class BatchRunner:
             self.files.delete(join(job.output_uri, SUCCESS))
         listed = {uri for c in chunks for uri in (c.part, c.errors) if uri}
         with contextlib.suppress(SluiceError):
-            for name in self.files.names(job.output_uri):
+            for name in self.files.names(job.output_uri, depth=1):  # its names: in it and in errors/
                 uri = join(job.output_uri, name)
                 if RESULT_NAMES.fullmatch(name) and name not in (SUCCESS, MANIFEST) and uri not in listed:
                     self.files.delete(uri)

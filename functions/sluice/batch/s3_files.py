@@ -105,12 +105,24 @@ class S3Files:
     def check_folder(self, folder: str) -> None:
         """A prefix: any can hold objects (an object named as the prefix stays beside them)."""
 
-    def names(self, folder: str) -> list[str]:
+    def names(self, folder: str, *, depth: int | None = None) -> list[str]:
         bucket, prefix = split_s3(folder.rstrip("/") + "/")
         found: list[str] = []
         with s3_errors(folder):
+            if depth is not None:  # listed a folder at a time, `depth` folders down at most
+                return self._names_within(bucket, prefix, prefix, depth)
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
                 found += [o["Key"][len(prefix) :] for o in page.get("Contents", [])]
+        return found
+
+    def _names_within(self, bucket: str, root: str, prefix: str, depth: int) -> list[str]:
+        found: list[str] = []
+        below: list[str] = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+            found += [o["Key"][len(root) :] for o in page.get("Contents", [])]
+            below += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        for sub in below if depth > 0 else ():
+            found += self._names_within(bucket, root, sub, depth - 1)
         return found
 
 

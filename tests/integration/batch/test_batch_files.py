@@ -138,3 +138,9 @@ def test_both_stores_list_the_files_under_a_folder_relative_to_it(s3: Any, tmp_p
         files.write_bytes(f"{root}-other/part-00000.csv", b"x")  # a sibling with a longer name
         assert sorted(files.names(root)) == ["_SUCCESS", "errors/part-00000.jsonl", "part-00000.csv"], root
         assert sorted(files.names(root + "/")) == sorted(files.names(root))
+        # `depth`: no more than that many folders down, as a job looks through its output folder
+        # (a folder named as an output may hold a large tree: it is never walked whole).
+        files.write_bytes(f"{root}/old/deep/part-00001.csv", b"x")
+        assert sorted(files.names(root, depth=1)) == ["_SUCCESS", "errors/part-00000.jsonl", "part-00000.csv"], root
+        assert sorted(files.names(root, depth=0)) == ["_SUCCESS", "part-00000.csv"], root
+        assert "old/deep/part-00001.csv" in files.names(root) and "old/deep/part-00001.csv" in files.names(root, depth=2)
