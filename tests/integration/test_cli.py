@@ -67,6 +67,14 @@ def test_the_tenant_is_read_from_the_environment_at_each_command(capsys: pytest.
         (("predict", "nope", "--features", "{}"), "deployment 'nope' not found"),
         (("predict", "nope"), "exactly one of"),
         (("keys", "create", "--scopes", "root"), "[scopes]"),
+        # Found by a CLI review: a folder for a file, the OS's words for an @file, another flag blamed.
+        (("models", "push", "iris", "/"), "/ is a folder, not a file"),
+        (("deployments", "create", "d", "--policy", "@/"), "policy: / is a folder, not a file"),
+        (("deployments", "create", "d", "--policy", "@/no/such/policy.json"), "policy: no such file: /no/such/policy.json"),
+        (("deployments", "create", "d", "--model", "iris", "--policy", '{"kind": "single", "model": "iris", "version": 1}'), "not both"),
+        (("predict", "iris", "--features", "[1, 2]"), "--features: Input should be a valid dictionary"),
+        (("predict", "iris", "--batch", "5"), "--batch: Input should be a valid list"),
+        (("batch", "schedule", "create", "s", "--deployment", "iris", "--input", "in.csv", "--rate", "-5 minutes"), "is no rate"),
     ],
 )
 def test_bad_input_is_a_message_and_a_non_zero_exit(capsys: pytest.CaptureFixture[str], args: tuple[str, ...], words: str) -> None:
@@ -364,8 +372,8 @@ def test_an_empty_sluice_home_is_the_default_home_not_the_current_folder(tmp_pat
     [
         (("predict", "iris", "--api", "http://127.0.0.1:1", "--api-key", "sk_x", "--features", "{}"), "no answer"),
         (("predict", "iris", "--api", "http://127.0.0.1:1", "--api-key", "sk_x", "--file", "{list}"), "a request is an object"),
-        (("predict", "iris", "--file", "{folder}"), "Is a directory"),
-        (("deployments", "create", "x", "--policy", "@{folder}"), "Is a directory"),
+        (("predict", "iris", "--file", "{folder}"), "is a folder, not a file"),
+        (("deployments", "create", "x", "--policy", "@{folder}"), "is a folder, not a file"),
     ],
 )
 def test_a_command_that_cannot_be_done_says_why_without_a_traceback(cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], said: str) -> None:

@@ -74,13 +74,39 @@ def load_json_arg(value: str, what: str) -> Any:
     """JSON given inline, or `@file.json`."""
     from sluice.codecs.json_text import NestedTooDeep, loads_as_python
 
-    text = Path(value[1:]).read_text() if value.startswith("@") else value
+    text = read_text_file(value[1:], what) if value.startswith("@") else value
     try:
         return loads_as_python(text)
     except json.JSONDecodeError as exc:
         raise SluiceError(f"{what} is not valid JSON: {exc.msg} at column {exc.colno}", field=what) from None
     except NestedTooDeep as exc:
         raise NestedTooDeep(f"{what}: {exc.message}", field=what) from None
+
+
+def read_text_file(name: str, what: str) -> str:
+    """A file an argument names, as UTF-8 text, or a message naming the argument and what is
+    wrong (not there, a folder, not readable, not text) rather than the operating system's."""
+    path = Path(name)
+    if path.is_dir():
+        raise SluiceError(f"{what}: {name} is a folder, not a file", field=what)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SluiceError(f"{what}: no such file: {name}", field=what) from None
+    except UnicodeDecodeError:
+        raise SluiceError(f"{what}: {name} is not UTF-8 text", field=what) from None
+    except OSError as exc:
+        raise SluiceError(f"{what}: {name} cannot be read ({exc.strerror or type(exc).__name__})", field=what) from None
+
+
+def existing_file(name: str, what: str) -> Path:
+    """A file an argument names, there and not a folder, or a message saying which."""
+    path = Path(name)
+    if path.is_dir():
+        raise SluiceError(f"{name} is a folder, not a file", field=what)
+    if not path.is_file():
+        raise SluiceError(f"no such file: {name}", field=what)
+    return path
 
 
 def feature_names(value: str | None) -> list[str] | None:

@@ -29,6 +29,8 @@ DEFAULT_CACHE_ENTRIES = 1024
 
 def _policy_from_args(args: argparse.Namespace, service: DeploymentService) -> dict[str, Any] | None:
     if args.policy:
+        if args.model or getattr(args, "version", None) is not None:  # which would it be? said, not guessed
+            raise SluiceError("give --model (and --version) or --policy, not both", field="policy")
         policy = load_json_arg(args.policy, "policy")
         if not isinstance(policy, dict):  # `--policy null`, or a file holding a list
             raise SluiceError("the policy is a JSON object ({\"kind\": …})", field="policy")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sluice.cli import pieces
 from sluice.cli.common import (
+    existing_file,
     feature_names,
     load_json_arg,
     number_between,
@@ -24,9 +25,7 @@ def cmd_models_push(args: argparse.Namespace) -> int:
 
     if is_registry_uri(args.file):
         return push_from_registry(args)
-    path = Path(args.file)
-    if not path.is_file():
-        raise SluiceError(f"no such file: {path}", field="file")
+    path = existing_file(args.file, "file")
     names = feature_names(args.feature_names)
     config = load_json_arg(args.config, "config") if args.config else None
     data, note = path.read_bytes(), ""

@@ -57,7 +57,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         from sluice.codecs.classification import asked
         from sluice.types.v2 import InferenceRequest
 
-        parsed = _checked(InferenceRequest, body)
+        parsed = _checked(InferenceRequest, body)  # a --file's (--v2 reads one)
         params = parsed.parameters or {}
         if params.get("upload_id") is not None:
             raise SluiceError("--file names an upload (parameters.upload_id), which only an API reads: give its inputs, or --api", field="file.parameters.upload_id")
@@ -73,7 +73,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     else:
         from sluice.types.api import PredictionRequest as Body
 
-        plain = _checked(Body, body)
+        plain = _checked(Body, body, next(iter(given), None))
         if plain.upload_id is not None:
             raise SluiceError("--file names an upload (upload_id), which only an API reads: give its rows, or --api", field="file.upload_id")
         rows = {k: v for k in ROW_FIELDS if (v := getattr(plain, k)) is not None}
@@ -117,8 +117,9 @@ class Flags(NamedTuple):
         return {**body, "deployment": deployment, **asked, **({"parameters": parameters} if parameters else {})}
 
 
-def _checked(model: Any, body: dict[str, Any]) -> Any:
-    """`body` read as the API reads it (`model`), its first problem named under `file`."""
+def _checked(model: Any, body: dict[str, Any], flag: str | None = None) -> Any:
+    """`body` read as the API reads it (`model`), its first problem named under `file`, or under
+    the flag that gave the rows (`--features`, `--batch`, `--inputs`)."""
     from pydantic import ValidationError
 
     try:
@@ -126,6 +127,9 @@ def _checked(model: Any, body: dict[str, Any]) -> Any:
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
+        if flag is not None and (where == flag or where.startswith(f"{flag}.")):
+            rest = where[len(flag) + 1 :]
+            raise SluiceError(f"--{flag}: {rest + ': ' if rest else ''}{first['msg']}", field=where) from None
         raise SluiceError(f"--file: {where}: {first['msg']}", field=f"file.{where}" if where else "file") from None
 
 

@@ -116,6 +116,8 @@ def normalize_expression(expression: str, *, field: str = "expression") -> str:
     if rate:
         n, unit = _rate(rate, field)
         return f"rate({n} {unit}{'' if n == 1 else 's'})"
+    if text.lower().startswith("rate("):  # a rate _RATE does not read: said as one, not as a cron line
+        raise BadRequest(f"{field} {expression!r} is no rate: a rate is rate(<n> minutes|hours|days), n a whole number from 1", field=field)
     cron = _CRON.match(text)
     line = cron.group(1).strip() if cron else text
     fields = line.split()
