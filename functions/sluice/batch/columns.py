@@ -9,17 +9,17 @@ length) gets a reason, and only the other rows go on to the model.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.batch.integers import hidden_fractions, whole_of
 from sluice.batch.pieces import EXACT_INTEGERS, exact_type
 from sluice.codecs.arrow_numbers import from_numbers, to_numbers, to_text
-from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, integer_range
+from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
 from sluice.domain.errors import InvalidInput
-from sluice.domain.values import number_of, parse_number
+from sluice.domain.values import parse_number
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -283,7 +283,7 @@ def _parse_integers(array: Any, name: str, datatype: str, reasons: np.ndarray) -
         floats = _parse_numbers(array, name, said)
         if (pc.max(pc.abs(floats)).as_py() or 0.0) < 2.0**53:  # NaN and infinity too are said as floats are
             blame(reasons, ~np.equal(said, None), said)
-            _blame_hidden_fractions(array, name, datatype, reasons)
+            blame(reasons, *hidden_fractions(array, name, datatype))  # those a float rounded away
             return floats
     parsed: list[int | None] = []
     shown: list[str] = []
@@ -293,73 +293,6 @@ def _parse_integers(array: Any, name: str, datatype: str, reasons: np.ndarray) -
         shown.append(why)
     blame(reasons, np.asarray([bool(w) for w in shown], dtype=bool), np.asarray(shown, dtype=object))
     return pa.array(parsed, type=target)
-
-
-# A number a float may not read as written: more significant digits than a float keeps (16 and
-# more: `1.0000000000000000001` reads as 1.0, `5000000000000000.5` as a whole float near it), or
-# an exponent (`1e-400` reads as 0.0). Such an integer input's value is read from its text.
-FINE_NUMBER = r"(?:[0-9]\.?){16,}|[0-9][eE][+-]?[0-9]"
-FINE_NUMBER_BYTES = re.compile(FINE_NUMBER.encode())
-
-
-def fine_number_of(name: str) -> re.Pattern[bytes]:
-    """A JSON Lines member `name` holding a `FINE_NUMBER`: found in a chunk's bytes at C speed,
-    so only the integer inputs' own values (not another member's digits) send a chunk to be
-    read exactly."""
-    quoted = re.escape(orjson_text(name))
-    return re.compile(quoted + rb"[ \t\r]*:[ \t\r]*-?(?:(?:[0-9]\.?){16,}|[0-9.]*[0-9][eE])")
-
-
-def orjson_text(name: str) -> bytes:
-    """`name` as a JSON string, as a line writes it unescaped."""
-    import orjson
-
-    return orjson.dumps(name)
-
-
-def _blame_hidden_fractions(array: Any, name: str, datatype: str, reasons: np.ndarray) -> None:
-    """Rows of an integer input whose text writes a fraction too fine for the float it was read
-    as (`FINE_NUMBER`): blamed as any fraction is, the text read exactly (`whole_of`), so a value
-    is taken or refused by what it writes, never by the other values of its chunk."""
-    import pyarrow.compute as pc
-
-    fine = pc.and_(pc.match_substring_regex(array, FINE_NUMBER), pc.match_substring_regex(array, r"[.eE]"))
-    at = np.flatnonzero(to_numbers(pc.fill_null(fine, False)))
-    if not len(at):
-        return
-    whys = np.asarray([whole_of(text, name, datatype)[1] for text in array.take(at).to_pylist()], dtype=object)
-    mask = np.zeros(len(reasons), dtype=bool)
-    mask[at] = whys != ""
-    messages = np.full(len(reasons), None, dtype=object)
-    messages[at] = whys
-    blame(reasons, mask, messages)
-
-
-def whole_of(value: int | float | str, name: str, datatype: str) -> tuple[int | None, str]:
-    """The whole number `value` is, within the integer `datatype`'s range, or why not: text as
-    NUMBER reads it, exactly (`5.0`, `1e3` and `9007199254740993.0` are the integers written,
-    not the floats near them); a float where it is whole."""
-    from decimal import Decimal, InvalidOperation
-
-    number = number_of(value) if isinstance(value, str) else value
-    if number is None:
-        return None, f"'{name}' is not a number: {str(value)[:40]!r}"
-    if isinstance(number, float):
-        if number != number or number in (float("inf"), float("-inf")):
-            return None, f"'{name}' is {'NaN' if number != number else 'infinite'}"
-        try:
-            exact = Decimal(value.strip(" \t")) if isinstance(value, str) else Decimal(number)
-        except InvalidOperation:  # an exponent past Decimal's: the float read says it (`1e-99…9` is 0)
-            exact = Decimal(number)
-        if exact != exact.to_integral_value():
-            return None, f"'{name}' must be a whole number"
-        if exact and exact.adjusted() > 20:
-            return None, f"'{name}' is out of range for {datatype}"
-        number = int(exact)
-    low, high = integer_range(datatype)
-    if not low <= number < high:
-        return None, f"'{name}' is out of range for {datatype}"
-    return number, ""
 
 
 def _parse_numbers(array: Any, name: str, reasons: np.ndarray) -> Any:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.batch.columns import FINE_NUMBER_BYTES, fine_number_of
+from sluice.batch.integers import FINE_NUMBER_BYTES, fine_number_of
 from sluice.batch.pieces import EXACT_INTEGERS, Piece, arrow_types, check_rows, is_utf8, shown
 from sluice.batch.records import CARRIAGE
 from sluice.codecs.datatypes import V2_TO_NUMPY
@@ -45,7 +45,7 @@ def read_json_lines(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed]
         # Key columns are read as they come (a number or a string) and then made text. The
         # columns of 64-bit integer inputs as floats first, which hold every value below 2**53
         # exactly (`5` and `5.0` alike); past it, again as integers (exactly), else line by line.
-        # An integer input's number written finer than a float keeps (`columns.FINE_NUMBER`):
+        # An integer input's number written finer than a float keeps (`integers.FINE_NUMBER`):
         # as integers, then line by line, where its text is read exactly (a fraction the float
         # would round away fails). Looked for in those members alone (`fine_number_of`), or
         # anywhere where a line escapes a name (`"\u0078"` is `"x"`).
@@ -275,10 +275,10 @@ NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 def _integer(value: Any, name: str, arrow_type: Any, line: bytes) -> tuple[int | None, str | None]:
     """A JSON value for a 64-bit integer input's column: the integer it is, exactly (a number
     written with a point or an exponent too: `5.0`, `9007199254740993.0` as its text says, not
-    as the float near it); text as NUMBER reads it, exactly; or why not (`columns.whole_of`)."""
+    as the float near it); text as NUMBER reads it, exactly; or why not (`integers.whole_of`)."""
     import pyarrow as pa
 
-    from sluice.batch.columns import whole_of
+    from sluice.batch.integers import whole_of
 
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None, f"'{name}' is not a number: {_json_text(value)[:40]!r}"

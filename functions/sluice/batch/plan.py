@@ -24,8 +24,6 @@ state may be); the job spec that travels with every chunk stays small.
 
 from __future__ import annotations
 
-import io
-import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -33,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 from sluice.batch.columns import plan_feeds
 from sluice.batch.filestore import as_uploaded
 from sluice.batch.objects import is_many, list_objects
-from sluice.batch.records import count_range, data_start, first_record, grammar_of
+from sluice.batch.plan_text import once_each, text_columns
+from sluice.batch.records import count_range, grammar_of
 from sluice.domain.errors import BadRequest, InvalidInput
 from sluice.domain.jobs import PublishTarget, key_clash
 from sluice.domain.locations import confine
@@ -46,8 +45,6 @@ if TYPE_CHECKING:
     from sluice.domain.locations import Root
     from sluice.domain.signature import Signature
 
-MAX_HEADER_BYTES = 1024 * 1024
-MAX_FIRST_LINE_BYTES = 64 * 1024 * 1024  # a JSON Lines input's first line, read whole for its fields where it is longer than the opening
 COUNT_THREADS = 8
 OBJECT_THREADS = 4  # objects of a many-object input planned at once
 @dataclass(frozen=True, slots=True)
@@ -228,7 +225,7 @@ def _plan_parquet(uri: str, stat: Stat, files: FileStore, chunk_rows: int) -> tu
             raise InvalidInput(f"{uri} is not a Parquet file", field="input_uri") from None
     schema = metadata.schema.to_arrow_schema()
     columns = list(schema.names)
-    _once_each(columns, f"the Parquet file {uri}")
+    once_each(columns, f"the Parquet file {uri}")
     sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
     return columns, row_ranges(sizes, chunk_rows), {f.name: kind for f in schema if (kind := _kind(f.type)) is not None}
 
@@ -252,13 +249,6 @@ def _kind(arrow_type: pa.DataType) -> str | None:
     return "binary" if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type) else str(arrow_type)
 
 
-def _once_each(names: list[str], what: str) -> None:
-    """Refuse an input that names a column twice: which one a feature reads could not be told."""
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        raise InvalidInput(f"{what} names a column twice: {twice}", field="input_uri")
-
-
 def row_ranges(group_rows: list[int], target: int) -> list[Chunk]:
     """Chunks of whole row groups, of about `target` rows: small groups merged, a large one
     alone (each group is decoded once, by one chunk)."""
@@ -280,40 +270,9 @@ def row_ranges(group_rows: list[int], target: int) -> list[Chunk]:
 
 
 # CSV and JSON Lines --------------------------------------------------------------------------
-# The first bytes of compressed files: such a file cannot be split into chunks, whatever its name.
-COMPRESSED = (
-    (re.compile(rb"\x1f\x8b"), "gzip"),
-    (re.compile(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)"), "bzip2"),
-    (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd"),
-    (re.compile(rb"\xfd7zXZ\x00"), "xz"),
-    (re.compile(rb"PK\x03\x04"), "zip"),
-)
-
-
 def _plan_text(uri: str, fmt: str, stat: Stat, files: FileStore, chunk_bytes: int) -> tuple[list[str], list[Chunk]]:
     grammar = grammar_of(fmt)
-    head = _head(files, uri, stat)
-    _refuse_compressed(uri, head, _tail(files, uri, stat) if head.startswith(PARQUET_MAGIC) else b"")
-    data = data_start(head)  # after a byte order mark
-    if data and data >= stat.size:
-        raise InvalidInput(f"{uri} holds nothing but a byte order mark: there is nothing to score", field="input_uri")
-    columns: list[str] = []
-    if fmt == "csv":
-        header = first_record(files, uri, stat.version, grammar, MAX_HEADER_BYTES)
-        if header is None:
-            raise InvalidInput("the CSV header is longer than 1 MiB", field="input_uri")
-        columns = _csv_header(header[0])
-        data = header[1]
-    else:
-        opening, whole = _opening(files, uri, stat)[data:], stat.size <= MAX_HEADER_BYTES
-        try:
-            columns = _jsonl_fields(opening, whole=whole)
-        except InvalidInput:  # no whole object line in the opening: the line it ends inside, read on to its end
-            if whole:
-                raise
-            cut = opening.rfind(b"\n") + 1
-            line, whole = _first_line(files, uri, stat, data + cut)
-            columns = _jsonl_fields(opening[:cut] + line, whole=whole)
+    columns, data = text_columns(uri, fmt, stat, files, grammar)
     ranges = [(s, min(s + chunk_bytes, stat.size)) for s in range(data, stat.size, chunk_bytes)]
     with ThreadPoolExecutor(COUNT_THREADS) as pool:
         counts = list(pool.map(lambda r: count_range(files, uri, stat.version, *r, grammar, size=stat.size), ranges))
@@ -332,106 +291,3 @@ def _plan_text(uri: str, fmt: str, stat: Stat, files: FileStore, chunk_bytes: in
             field="input_uri",
         )
     return columns, chunks
-
-
-def _head(files: FileStore, uri: str, stat: Stat) -> bytes:
-    out = bytearray()
-    for block in files.read_blocks(uri, stat.version, 0, min(stat.size, MAX_HEADER_BYTES)):
-        out += block
-        if b"\n" in block:
-            break
-    return bytes(out)
-
-
-PARQUET_MAGIC = b"PAR1"  # a Parquet file's first and last four bytes
-
-
-def _tail(files: FileStore, uri: str, stat: Stat) -> bytes:
-    """The input's last four bytes (a Parquet file's footer magic)."""
-    return b"".join(files.read_blocks(uri, stat.version, max(0, stat.size - 4), stat.size))
-
-
-def _refuse_compressed(uri: str, head: bytes, tail: bytes = b"") -> None:
-    """`tail`: the last four bytes, read where the first are Parquet's (a CSV header may begin
-    `PAR1`, as a gene's name does: only a file that ends so too is Parquet)."""
-    if head.startswith(PARQUET_MAGIC) and tail == PARQUET_MAGIC:  # a Parquet file read as text: its columns would be bytes
-        raise BadRequest(
-            f"{uri.rsplit('/', 1)[-1]} is a Parquet file (it starts with PAR1), whatever its name or the format given "
-            "says: name it .parquet or give the format parquet",
-            field="input_uri",
-        )
-    for magic, name in COMPRESSED:
-        if magic.match(head):
-            raise BadRequest(
-                f"{uri.rsplit('/', 1)[-1]} is compressed ({name}), whatever its name says: compressed inputs "
-                "cannot be split into chunks; upload Parquet (compressed inside) or uncompressed CSV or JSON Lines",
-                field="input_uri",
-            )
-
-
-def _csv_header(record: bytes) -> list[str]:
-    """The column names of the header record (its line end already cut off)."""
-    import pyarrow as pa
-    import pyarrow.csv as pv
-
-    try:
-        record.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput("the first line of the CSV is not UTF-8 text", field="input_uri") from None
-    try:
-        names = pv.read_csv(
-            io.BytesIO(record + b"\n"),
-            read_options=pv.ReadOptions(use_threads=False),
-            parse_options=pv.ParseOptions(newlines_in_values=True),
-        ).column_names
-    except pa.ArrowInvalid:
-        raise InvalidInput("the first line of the CSV is not a header row", field="input_uri") from None
-    names = [str(n).strip() for n in names]  # "id, bmi" names 'bmi', not ' bmi'
-    _once_each(names, "the CSV header")
-    return names
-
-
-def _opening(files: FileStore, uri: str, stat: Stat) -> bytes:
-    """The input's first MiB (all of it, when it is smaller)."""
-    return b"".join(files.read_blocks(uri, stat.version, 0, min(stat.size, MAX_HEADER_BYTES)))
-
-
-def _first_line(files: FileStore, uri: str, stat: Stat, start: int) -> tuple[bytes, bool]:
-    """The line from `start`, with its newline, read on past the opening to its end (at most
-    `MAX_FIRST_LINE_BYTES`), and whether the input ends with it."""
-    out = bytearray()
-    end = min(stat.size, start + MAX_FIRST_LINE_BYTES + 1)
-    for block in files.read_blocks(uri, stat.version, start, end):
-        at = block.find(b"\n")
-        if at >= 0:
-            out += block[: at + 1]
-            return bytes(out), False
-        out += block
-    if end < stat.size or len(out) > MAX_FIRST_LINE_BYTES:
-        raise InvalidInput(f"a line near the start of the input is longer than {MAX_FIRST_LINE_BYTES >> 20} MiB: no field of it can be read", field="input_uri")
-    return bytes(out), True  # the input's last line
-
-
-def _jsonl_fields(opening: bytes, *, whole: bool) -> list[str]:
-    """Every field the object lines of the input's opening name, in the order first seen (none
-    when those lines are blank): fields may vary by line, so a feature or key is missing
-    altogether only when no line there names it. `whole`: the opening is the whole input, so
-    its last line counts even without a newline after it."""
-    import orjson
-
-    lines = opening.split(b"\n")
-    if not whole:
-        lines = lines[:-1] or lines  # the last may be cut off
-    fields: dict[str, None] = {}
-    objects = 0
-    for line in lines:
-        try:
-            parsed = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue  # a bad line is an error row, not a reason to refuse the file
-        if isinstance(parsed, dict):
-            objects += 1
-            fields.update(dict.fromkeys(parsed))
-    if not objects and opening.strip():
-        raise InvalidInput("no line near the start of the input is a JSON object", field="input_uri")
-    return list(fields)  # blank lines only: each fails as a row

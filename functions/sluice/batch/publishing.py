@@ -90,7 +90,7 @@ class Publishing:
         elif self.key in self.exact and self.key in table.column_names and pa.types.is_string(table.schema.field(self.key).type):
             # A 64-bit integer input's text (CSV): its entity is the integer it writes, as the
             # model reads it (`5.0`, ` 5` and `+5` are `5`), exactly.
-            from sluice.batch.columns import whole_of
+            from sluice.batch.integers import whole_of
 
             values = [v if v is None else whole_of(v, self.key, self.exact[self.key])[0] for v in values]
         found[:] = [entity_of(v) for v in values]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from sluice.caching import TTLCache
@@ -30,7 +29,7 @@ from sluice.domain.errors import (
     UnknownDeployment,
     UnknownVersion,
 )
-from sluice.domain.policy import MAX_DEPTH, Single, first_branch, referenced_deployments, walk
+from sluice.domain.policy import MAX_DEPTH, Single, first_branch, walk
 from sluice.domain.requests import RowInputs, UploadInputs
 from sluice.domain.results import Prediction, Resolved, rows_of
 from sluice.domain.signature import Signature
@@ -42,6 +41,7 @@ from sluice.inference.graphs import answer_signature, input_signature
 from sluice.inference.inputs import decode_inputs
 from sluice.inference.outcomes import Outcomes
 from sluice.inference.parsed import ParsedPolicies
+from sluice.inference.references import deleted_at, pin, pin_refs, referenced, unpin
 from sluice.inference.reports import Reports
 from sluice.inference.revisions import Revisions
 from sluice.inline import timeout
@@ -74,12 +74,6 @@ if TYPE_CHECKING:
     from sluice.runtimes.functions import FunctionSteps
     from sluice.runtimes.lookups import LookupSteps
     from sluice.settings import PredictionSettings
-
-
-# The revisions of the deployments a policy references (`ref`), pinned with the policy's own (a
-# batch job's, `BatchJob.refs`): while set, every reference is followed at its pinned revision
-# (`PredictionService.referenced`), so one job is scored by one set of policies throughout.
-PINNED_REFS: ContextVar[Mapping[str, int] | None] = ContextVar("sluice_pinned_refs", default=None)
 
 
 class PredictionService:
@@ -128,15 +122,14 @@ class PredictionService:
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
         """The prediction; whatever fails in it is counted once (`sluice.inference.outcomes`).
         A request whose references are pinned (`refs`: a batch job's) follows them there."""
-        pinned = PINNED_REFS.set(request.refs) if request.refs is not None else None
+        pinned = pin(request.refs)
         try:
             return await self._predict(principal, request)
         except SluiceError as error:
             await self.outcomes.failed(principal.tenant, request.deployment, error, fields=request.log_fields)
             raise
         finally:
-            if pinned is not None:
-                PINNED_REFS.reset(pinned)
+            unpin(pinned)
 
     async def _predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
         started = time.perf_counter()
@@ -280,14 +273,12 @@ class PredictionService:
         """`revision`: the deployment's policy as it stood at that revision, whatever it is now
         (a batch job's, pinned when it started: one job is scored by one policy); NotFound
         when that revision can no longer be read, never another policy in its place. `refs`:
-        the deployments it references, followed at those revisions (`PINNED_REFS`)."""
-        if refs is None:
-            return await self._resolve(principal, deployment, version, revision)
-        pinned = PINNED_REFS.set(refs)
+        the deployments it references, followed at those revisions (`sluice.inference.references`)."""
+        pinned = pin(refs)
         try:
             return await self._resolve(principal, deployment, version, revision)
         finally:
-            PINNED_REFS.reset(pinned)
+            unpin(pinned)
 
     async def _resolve(self, principal: Principal, deployment: str, version: int | None, revision: int | None) -> Resolved:
         principal.require("predict")
@@ -299,7 +290,7 @@ class PredictionService:
         except UnknownDeployment:
             if revision is None:
                 raise
-            raise NotFound(f"revision {revision} of deployment '{deployment}' can no longer be read: the deployment was deleted", field="deployment") from None
+            raise deleted_at(deployment, revision) from None
         current = revision is None or dep.revision == revision
         if revision is not None and not current:
             dep, node = await self.revisions.at(dep, revision)
@@ -384,41 +375,12 @@ class PredictionService:
         return (await self.referenced(tenant, deployment))[1]
 
     async def referenced(self, tenant: str, name: str) -> tuple[Deployment, Node]:
-        """The deployment a `ref` names, as it stands; inside a call whose references are pinned
-        (`PINNED_REFS`), at the revision pinned for it (NotFound where that revision can no
-        longer be read, never another policy in its place). Every path that follows a reference
-        (running it, deriving what a policy takes and answers, the prediction cache's route)
-        reads it here."""
-        pins = PINNED_REFS.get()
-        pinned = pins.get(name) if pins else None
-        try:
-            dep, node = await self.deployment_of(tenant, name)
-        except UnknownDeployment:
-            if pinned is None:
-                raise
-            raise NotFound(f"revision {pinned} of deployment '{name}' can no longer be read: the deployment was deleted", field="deployment") from None
-        if pinned is not None and pinned != dep.revision:
-            return await self.revisions.at(dep, pinned)
-        return dep, node
+        """The deployment a `ref` names, as the call follows it (`sluice.inference.references`)."""
+        return await referenced(self.deployment_of, self.revisions, tenant, name)
 
     async def pin_refs(self, tenant: str, node: Node) -> dict[str, int]:
-        """The revisions of the deployments `node` references, and those they reference in
-        turn, as they stand now (or as already pinned, `PINNED_REFS`): what a batch job pins
-        with its own revision. A reference to a deployment not there is left out (followed as
-        it is when a row reaches it, failing as it does)."""
-        pins: dict[str, int] = {}
-        todo = [node]
-        while todo:
-            for name in referenced_deployments(todo.pop()):
-                if name in pins:
-                    continue
-                try:
-                    dep, policy = await self.referenced(tenant, name)
-                except UnknownDeployment:
-                    continue
-                pins[name] = dep.revision
-                todo.append(policy)
-        return pins
+        """What a batch job pins with its own revision (`sluice.inference.references.pin_refs`)."""
+        return await pin_refs(self.referenced, tenant, node)
 
     def cached_version(self, tenant: str, model: str, number: int) -> ModelVersion | None:
         return self._versions.get((tenant, model, number))

@@ -34,7 +34,7 @@ class PredictionRequest(WireModel):
     )
     variant: str | None = Field(None, max_length=64, description="Ask for a split's variant by name.")
     parameters: RequestParameters | None = Field(
-        None, max_length=32, description="Request parameters (strings, numbers, booleans) a switch's conditions may read (`parameters.<name>`)."
+        None, description="Request parameters (strings, numbers, booleans) a switch's conditions may read (`parameters.<name>`)."
     )
     options: PredictionOptions = Field(default_factory=PredictionOptions)
 

@@ -38,10 +38,10 @@ def _scalar(value: Any) -> Any:
 
 
 ParameterValue = Annotated[Any, AfterValidator(_scalar), WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}]})]
-# A request's parameters (simple JSON's, a v2 request's): strings, numbers and booleans, as
-# Triton takes them, at most 32 (`RequestParameters`' field bounds them), named in 64 characters.
-RequestParameters = dict[Annotated[str, Field(max_length=64)], ParameterValue]
-MAX_PARAMETERS = 32
+MAX_PARAMETERS, MAX_PARAMETER_NAME = 32, 64
+# A request's parameters (simple JSON's, a v2 request's; gRPC's by `check_parameters`): strings,
+# numbers and booleans, as Triton takes them, at most 32, each named in 64 characters.
+RequestParameters = Annotated[dict[Annotated[str, Field(max_length=MAX_PARAMETER_NAME)], ParameterValue], Field(max_length=MAX_PARAMETERS)]
 
 
 def check_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
@@ -53,8 +53,8 @@ def check_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
     if len(parameters) > MAX_PARAMETERS:
         raise InvalidInput(f"a request has at most {MAX_PARAMETERS} parameters, not {len(parameters)}", field="parameters")
     for name, value in parameters.items():
-        if len(name) > 64:
-            raise InvalidInput(f"a parameter's name is at most 64 characters: {name[:40]!r}…", field="parameters")
+        if len(name) > MAX_PARAMETER_NAME:
+            raise InvalidInput(f"a parameter's name is at most {MAX_PARAMETER_NAME} characters: {name[:40]!r}…", field="parameters")
         try:
             _scalar(value)
         except ValueError as exc:

@@ -52,7 +52,7 @@ class RequestOutput(OpenWireModel):
 
 class InferenceRequest(OpenWireModel):
     id: str | None = Field(None, max_length=MAX_REQUEST_ID)  # as simple JSON's request_id
-    parameters: RequestParameters | None = Field(None, max_length=32)  # as Triton takes them, and simple JSON's
+    parameters: RequestParameters | None = None  # as Triton takes them, and simple JSON's
     inputs: list[RequestInput]
     outputs: list[RequestOutput] | None = None
 

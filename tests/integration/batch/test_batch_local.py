@@ -23,6 +23,7 @@ from tests.support import fail_chunks
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
+    from sluice.domain.jobs import BatchJob
     from sluice.wiring import Container
 
 FORMATS = ("csv", "jsonl", "parquet")
@@ -336,6 +337,18 @@ def _update_after_first_chunk(monkeypatch: pytest.MonkeyPatch, change: Any) -> N
     monkeypatch.setattr(ChunkScorer, "score", scoring)
 
 
+def _run_changing(
+    batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deployment: str, change: Any
+) -> tuple[Path, BatchJob]:
+    """A job of 3,000 iris rows on `deployment` into `tmp_path/out`, run to its end with
+    `change` made once its first chunk is scored: the input and the job as it ended."""
+    path = write_input(tmp_path / "in.csv", iris_rows(3000))
+    job = batch.batch.submit(acme, deployment=deployment, input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+    _update_after_first_chunk(monkeypatch, change)
+    LocalOrchestrator(batch.batch_runner, concurrency=1).run(acme.tenant, job.id)
+    return path, batch.batch.get(acme, job.id)
+
+
 def test_a_job_scores_every_chunk_with_the_deployment_as_it_stood_when_it_started(
     batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -344,11 +357,7 @@ def test_a_job_scores_every_chunk_with_the_deployment_as_it_stood_when_it_starte
     and its record and manifest name that revision."""
     batch.models.push(acme, "iris", (Path(__file__).parents[3] / "models" / "iris_forest.onnx").read_bytes())
     started = batch.deployments.get(acme, "iris").revision
-    path = write_input(tmp_path / "in.csv", iris_rows(3000))
-    job = batch.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
-    _update_after_first_chunk(monkeypatch, lambda: batch.deployments.update(acme, "iris", {"kind": "single", "model": "iris", "version": 2}))
-    LocalOrchestrator(batch.batch_runner, concurrency=1).run(acme.tenant, job.id)
-    done = batch.batch.get(acme, job.id)
+    path, done = _run_changing(batch, acme, tmp_path, monkeypatch, "iris", lambda: batch.deployments.update(acme, "iris", {"kind": "single", "model": "iris", "version": 2}))
     assert done.status == "SUCCEEDED" and done.chunks_total is not None and done.chunks_total > 1, done.error
     manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
     assert manifest["versions"] == {"iris:1": 3000}
@@ -371,11 +380,7 @@ def test_a_job_follows_the_deployments_its_policy_references_as_they_stood_when_
     batch.deployments.create(acme, "middle", {"kind": "ref", "deployment": "iris"})
     batch.deployments.create(acme, "front", {"kind": "ref", "deployment": "middle"})
     pinned = {"iris": batch.deployments.get(acme, "iris").revision, "middle": batch.deployments.get(acme, "middle").revision}
-    path = write_input(tmp_path / "in.csv", iris_rows(3000))
-    job = batch.batch.submit(acme, deployment="front", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
-    _update_after_first_chunk(monkeypatch, lambda: batch.deployments.update(acme, "iris", {"kind": "single", "model": "iris", "version": 2}))
-    LocalOrchestrator(batch.batch_runner, concurrency=1).run(acme.tenant, job.id)
-    done = batch.batch.get(acme, job.id)
+    path, done = _run_changing(batch, acme, tmp_path, monkeypatch, "front", lambda: batch.deployments.update(acme, "iris", {"kind": "single", "model": "iris", "version": 2}))
     assert done.status == "SUCCEEDED" and done.chunks_total is not None and done.chunks_total > 1, done.error
     manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
     assert manifest["versions"] == {"iris:1": 3000}

@@ -429,7 +429,7 @@ def test_a_json_lines_first_line_longer_than_the_opening_is_read_to_its_end(batc
     """Plan reads the fields of the lines in the input's first MiB: a first line longer than that
     (a long text member) is read on to its end, and its rows scored, as such a line is anywhere
     else in the file; one longer than the bound is refused, saying so."""
-    from sluice.batch import plan
+    from sluice.batch import plan_text
 
     long = json.dumps(iris_rows(20)[0] | {"note": "x" * (3 << 19)}).encode()  # 1.5 MiB
     path = tmp_path / "long.jsonl"
@@ -441,6 +441,6 @@ def test_a_json_lines_first_line_longer_than_the_opening_is_read_to_its_end(batc
     after_blank.write_bytes(b"\r\n" + long + b"\n" + _line(1) + b"\n")
     job = run_job(batch, acme, after_blank, deployment="iris", key_columns=["id"], output_uri=str(tmp_path / "blank-out"))
     assert (job.status, job.rows_in, job.rows_out, job.rows_failed) == ("SUCCEEDED", 3, 2, 1), job.error
-    monkeypatch.setattr(plan, "MAX_FIRST_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(plan_text, "MAX_FIRST_LINE_BYTES", 1 << 20)
     refused = run_job(batch, acme, path, deployment="iris", key_columns=["id"], output_uri=str(tmp_path / "again"))
     assert refused.status == "FAILED" and "a line near the start of the input is longer than 1 MiB" in (refused.error or ""), refused.error
