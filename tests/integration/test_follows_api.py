@@ -40,6 +40,10 @@ def test_a_binding_that_cannot_be_made_is_a_4xx_naming_the_field(client: TestCli
         ({"registry": "models:/" + "n" * 257 + "/latest"}, "registry", 422),  # longer than MLflow keeps a name
         ({"registry": "models:/iris@" + "a" * 257}, "registry", 422),
         ({"tracking_uri": "https://alice:s3cret@mlflow.example.com"}, "tracking_uri", 422),
+        # A URL Python cannot split (its message quotes the whole netloc): the credentials not echoed either.
+        ({"tracking_uri": "https://alice:s3cret@mlflow.example.com\u2100/"}, "tracking_uri", 422),
+        ({"tracking_uri": "https://s3cret@mlflow.example.com\uff0f"}, "tracking_uri", 422),
+        ({"tracking_uri": "https://alice:s3cret@[::1/"}, "tracking_uri", 422),
         ({"registry": "arn:aws:sagemaker:eu-west-1:123456789012:model-package-group/iris", "tracking_uri": None, "tag_back": True}, "tag_back", 422),
         # What every version would then be refused for: a rollout's min_requests, a model name no push takes.
         ({"rollout": "5,100 gate error_rate<=0.01 min 20000000"}, "rollout", 422),

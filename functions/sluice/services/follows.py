@@ -285,8 +285,13 @@ def _tracking(uri: str | None) -> str:
         raise InvalidRequest("following MLflow needs its tracking URI (--tracking-uri, or MLFLOW_TRACKING_URI)", field="tracking_uri")
     try:
         parts = urlsplit(uri)
-    except ValueError as exc:  # `https://[::1`: an unclosed bracket, a port that is no number
-        raise InvalidRequest(f"the tracking URI cannot be read: {exc}", field="tracking_uri") from None
+    except ValueError:  # `https://[::1`, a port that is no number, a host NFKC changes
+        # Python's own words quote the URL's netloc, credentials and all: never echoed.
+        raise InvalidRequest(
+            "the tracking URI cannot be read as a URL (an unclosed bracket, a port that is no number, or a host with "
+            "characters a host name cannot have)",
+            field="tracking_uri",
+        ) from None
     if parts.username or parts.password or parts.query:
         raise InvalidRequest(
             "a followed tracking URI is stored: give it without credentials, and give the poller MLflow's own "
