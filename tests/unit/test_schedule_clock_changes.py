@@ -80,3 +80,36 @@ def test_a_skipped_time_does_not_fire_and_a_repeated_one_fires_once(zone: str, m
     assert got == expected, (zone, line, [datetime.fromtimestamp(t, tz).isoformat() for t in got][:6])
     if expected:  # the latest fire at any moment is the last expected one before it
         assert latest_fire(schedule, expected[-1] + 30) == expected[-1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    zone=st.sampled_from(ZONES), minute=_MINUTE, hour=_HOUR, which=st.integers(0, 3),
+    since=st.integers(0, 600), until=st.integers(0, 600),
+)  # fmt: skip
+def test_the_latest_time_due_is_the_last_of_the_times_since_the_last_handled(zone: str, minute: str, hour: str, which: int, since: int, until: int) -> None:
+    """Missed times fold into the latest: walking back from now finds the time walking forward
+    from the last one handled would have ended on, around every clock change (and None when
+    no time fell between them)."""
+    from sluice.domain.schedules import _cron_fires
+
+    change = CHANGES[zone][which].timestamp()
+    after, moment = change - since * 60 - 7, change - 300 * 60 + until * 60 + 11
+    line = f"{minute} {hour} * * *"
+    schedule = Schedule("acme", "s", "iris", "x", f"cron({line})", timezone=zone, created_at=after - 86400, last_fire=after)
+    walked = None
+    for stamp in _cron_fires(schedule.expression, zone, after):
+        if stamp > moment:
+            break
+        walked = stamp
+    assert latest_fire(schedule, moment) == (walked if moment > after else None), (zone, line)
+
+
+def test_a_time_in_the_first_pass_of_a_repeated_hour_is_due_during_the_second() -> None:
+    """London, 25 October 2026: 01:30 first falls at 00:30 UTC; at 01:20 of the second pass
+    (01:20 UTC) it is the latest time due, though 01:30 reads later on the wall than 01:20."""
+    at = datetime(2026, 10, 25, 0, 30, tzinfo=UTC).timestamp()
+    moment = datetime(2026, 10, 25, 1, 20, tzinfo=UTC).timestamp()
+    schedule = Schedule("acme", "s", "iris", "x", "cron(30 1 * * *)", timezone="Europe/London", created_at=at - 86400, last_fire=at - 3600)
+    assert latest_fire(schedule, moment) == at
+    assert latest_fire(schedule, at - 1) is None

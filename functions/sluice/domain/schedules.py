@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
@@ -120,13 +120,14 @@ def normalize_expression(expression: str, *, field: str = "expression") -> str:
         raise BadRequest(f"{field} {expression!r} is no rate: a rate is rate(<n> minutes|hours|days), n a whole number from 1", field=field)
     cron = _CRON.match(text)
     line = cron.group(1).strip() if cron else text
-    fields = line.split()
+    fields = _one_value_ranges(line).split()
     if len(fields) != 5:
         raise BadRequest(
             f"{field} must be rate(<n> minutes|hours|days) or cron(<minute> <hour> <day of month> "
             f"<month> <day of week>); {expression!r} has {len(fields)} cron fields, not 5",
             field=field,
         )
+    line = " ".join(fields)
     from cronsim import CronSim, CronSimError
 
     try:
@@ -134,6 +135,36 @@ def normalize_expression(expression: str, *, field: str = "expression") -> str:
     except (CronSimError, ValueError, IndexError, KeyError, OverflowError) as exc:
         raise BadRequest(f"{field} is not a valid cron expression: {exc}", field=field) from None
     return f"cron({line})"
+
+
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+def _one_value_ranges(line: str) -> str:
+    """A cron line whose ranges of one value with a step (`1-1/1`, `mon-1/2`) are written as
+    that value: cron and EventBridge read `a-a/s` as `a` alone, where cronsim reads it as `a/s`
+    (from `a` to the field's end, every `s`: a monthly `0 0 1-1/1 * *` ran every day). A step
+    that is no whole number from 1 is left for cronsim to refuse."""
+
+    def value(text: str, position: int) -> int | None:
+        low = text.lower()
+        if low.isascii() and low.isdigit():
+            return int(low)
+        names = {3: _MONTHS, 4: _DAYS}.get(position, ())
+        return (names.index(low) + (position == 3)) if low in names else None
+
+    fields = line.split()
+    for position, field_ in enumerate(fields):
+        items = field_.split(",")
+        for i, item in enumerate(items):
+            term, slash, step = item.partition("/")
+            first, dash, last = term.partition("-")
+            if slash and dash and step.isascii() and step.isdigit() and int(step) > 0:
+                if (one := value(first, position)) is not None and one == value(last, position):
+                    items[i] = first
+        fields[position] = ",".join(items)
+    return " ".join(fields)
 
 
 def _rate(rate: re.Match[str], field: str) -> tuple[int, str]:
@@ -181,12 +212,7 @@ def latest_fire(schedule: Schedule, moment: float) -> float | None:
         k = math.floor((moment - anchor) / period)
         fire = anchor + k * period
         return fire if fire > after else None
-    found = None
-    for stamp in _cron_fires(schedule.expression, schedule.timezone, after):
-        if stamp > moment:
-            break
-        found = stamp
-    return found
+    return _latest_cron_fire(schedule.expression, schedule.timezone, after, moment)
 
 
 def check_fires(expression: str, timezone: str, now: float, *, field: str = "expression") -> None:
@@ -221,7 +247,7 @@ def _cron_fires(expression: str, timezone: str, after: float) -> Iterator[float]
     from cronsim import CronSim
 
     tz = ZoneInfo(timezone)
-    line = _CRON.match(expression).group(1)  # type: ignore[union-attr]
+    line = _one_value_ranges(_CRON.match(expression).group(1))  # type: ignore[union-attr]  # stored before the rule too
     start = datetime.fromtimestamp(after, tz).replace(tzinfo=None)
     walls = CronSim(line, start)
     while True:
@@ -239,12 +265,43 @@ def _cron_fires(expression: str, timezone: str, after: float) -> Iterator[float]
             yield stamp
 
 
+def _latest_cron_fire(expression: str, timezone: str, after: float, moment: float) -> float | None:
+    """The latest of `_cron_fires(expression, timezone, after)` at or before `moment`, found
+    walking back from `moment` (walking forward from `after` took seconds for an every-minute
+    schedule down a year). The walk starts at a wall-clock time a few hours past `moment`'s: the
+    first pass of an hour the clocks repeat reads later on the wall than a moment in its second.
+    Wall times map to instants in order (each at its first occurrence), so the first found at or
+    before `moment` is the latest."""
+    from zoneinfo import ZoneInfo
+
+    from cronsim import CronSim
+
+    tz = ZoneInfo(timezone)
+    line = _one_value_ranges(_CRON.match(expression).group(1))  # type: ignore[union-attr]
+    start = datetime.fromtimestamp(moment, tz).replace(tzinfo=None) + timedelta(hours=3)
+    oldest = datetime.fromtimestamp(after, tz).year - 1
+    walls = CronSim(line, start, reverse=True)
+    while True:
+        try:
+            wall = next(walls)
+        except (StopIteration, OverflowError, ValueError):  # before the calendar: none
+            return None
+        if wall.year < oldest:  # past `after` (its times fell where the clocks skip)
+            return None
+        local = wall.replace(tzinfo=tz)
+        if local.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != wall:
+            continue  # in the gap the clocks skip: no such time that day
+        stamp = local.timestamp()
+        if stamp <= moment:
+            return stamp if stamp > after else None
+
+
 def aws_expression(expression: str) -> str:
     """The EventBridge Scheduler form: rate(…) as it is; cron with six fields, one of the two
     day fields `?`, and days of the week numbered 1 (Sunday) to 7."""
     if expression.startswith("rate("):
         return expression
-    minute, hour, dom, month, dow = _CRON.match(expression).group(1).split()  # type: ignore[union-attr]
+    minute, hour, dom, month, dow = _one_value_ranges(_CRON.match(expression).group(1)).split()  # type: ignore[union-attr]
     if dow == "*":
         return f"cron({minute} {hour} {dom} {month} ? *)"
     if dom == "*":
