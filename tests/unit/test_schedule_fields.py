@@ -8,7 +8,7 @@ field's end: a monthly schedule ran every day, and EventBridge was given the fie
 from __future__ import annotations
 
 import calendar
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st

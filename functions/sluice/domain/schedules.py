@@ -160,9 +160,9 @@ def _one_value_ranges(line: str) -> str:
         for i, item in enumerate(items):
             term, slash, step = item.partition("/")
             first, dash, last = term.partition("-")
-            if slash and dash and step.isascii() and step.isdigit() and int(step) > 0:
-                if (one := value(first, position)) is not None and one == value(last, position):
-                    items[i] = first
+            stepped = slash and dash and step.isascii() and step.isdigit() and int(step) > 0
+            if stepped and (one := value(first, position)) is not None and one == value(last, position):
+                items[i] = first
         fields[position] = ",".join(items)
     return " ".join(fields)
 
