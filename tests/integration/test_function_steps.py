@@ -618,3 +618,58 @@ def test_a_function_taken_off_the_allowlist_is_refused_even_where_its_answer_is_
     assert world.predict("cached-fn", ROWS).json().get("cached") is True  # kept, and answered from the cache
     refused = predicted_without_acmes_grant(world, "cached-fn")
     assert refused.status_code == 403 and refused.json()["details"]["step"] == "features", refused.text
+
+
+HOLDS = '''
+import pathlib
+import time
+import uuid
+
+import numpy as np
+
+
+def hold(inputs):  # counts itself in, then waits for the test's gate (past any timeout)
+    here = pathlib.Path(__file__)
+    here.with_name(f"held-{uuid.uuid4().hex}").touch()
+    for _ in range(2000):
+        if here.with_name("mirror-gate").exists():
+            break
+        time.sleep(0.005)
+    raw = inputs["raw"]
+    return {"embedding": np.stack([raw.sum(axis=1), raw.max(axis=1)], axis=1)}
+'''
+
+
+def test_a_mirror_whose_function_steps_hang_holds_up_none_of_its_primarys(world: World) -> None:
+    """Shadows promise a slow mirror never touches the primary's answer: a mirror's function
+    steps run on threads of their own, so mirrors whose calls never return (more of them than a
+    tenant has threads) leave the primary's own steps as quick as ever. They shared the
+    tenant's threads: the primary's step queued behind the mirrors' and its requests hit their
+    deadline."""
+    import asyncio
+
+    import httpx
+
+    folder = world.folder / "acme"
+    (folder / "holds.py").write_text(HOLDS)
+    threads = world.container.settings.functions.function_threads
+    mirror = {"name": "held", "target": chain("holds:hold", timeout_s=0.2)}
+    assert world.save("shadowed", {"kind": "shadow", "primary": chain("features:embed", timeout_s=2), "mirrors": [mirror]}).status_code in (200, 201)
+
+    async def calls() -> list[int]:
+        answered = []
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=world.client.app), base_url="http://sluice") as client:
+            try:
+                for n in range(1, threads + 3):
+                    r = await asyncio.wait_for(client.post("/api/v1/predictions", json={"deployment": "shadowed", "batch": [{"raw": ROWS[0]}]}, headers=world.acme), 5)
+                    answered.append(r.status_code)
+                    for _ in range(400):  # until this request's mirror holds a thread (or there are none left for it)
+                        if len(list(folder.glob("held-*"))) >= min(n, threads):
+                            break
+                        await asyncio.sleep(0.005)
+            finally:
+                (folder / "mirror-gate").touch()
+        return answered
+
+    assert asyncio.run(calls()) == [200] * (threads + 2)
+    assert len(list(folder.glob("held-*"))) >= threads  # the mirrors did hold every thread they had

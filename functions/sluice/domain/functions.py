@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from contextvars import ContextVar
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
@@ -27,6 +28,11 @@ from pydantic import AfterValidator, Field
 from sluice.domain.parts import Part
 from sluice.domain.signature import OutputRole, Signature, TensorSpec
 from sluice.domain.transforms import InputSpec
+
+# Whether the work under way is a shadow mirror's (`ShadowRunner` sets it for its job): a
+# function step's calls then wait on the tenant's mirror threads, so mirrors whose calls hang
+# never hold up their primary's steps (a thread a call left running stays taken until it ends).
+FOR_MIRROR: ContextVar[bool] = ContextVar("sluice_for_mirror", default=False)
 
 MAX_TIMEOUT_S = 60.0
 ARN_PATTERN = re.compile(

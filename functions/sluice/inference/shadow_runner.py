@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from sluice.domain.functions import FOR_MIRROR
 from sluice.domain.policy import parse_policy
 from sluice.domain.results import InferenceResult
 from sluice.inference.compare import compare
@@ -22,6 +23,7 @@ class ShadowRunner:
         stats = self.predictions.stats
         key = (job.tenant, job.deployment, job.revision, f"mirror:{job.mirror}")
         started = time.perf_counter()
+        mirrored = FOR_MIRROR.set(True)  # its function steps wait on the mirrors' threads, never the primary's
         try:
             answer = await self.predictions.run_node(
                 job.tenant, parse_policy(job.node, field="mirror"), job.inputs, budget_s=self.predictions.settings.request_timeout_s
@@ -30,6 +32,7 @@ class ShadowRunner:
             stats.request(key, 0.0, ok=False)
             raise
         finally:
+            FOR_MIRROR.reset(mirrored)
             if stats.due():
                 stats.flush()
         latency_ms = (time.perf_counter() - started) * 1000

@@ -48,7 +48,7 @@ from sluice.domain.errors import (
     SluiceError,
     Unavailable,
 )
-from sluice.domain.functions import MAX_TIMEOUT_S, MODULE_PATTERN
+from sluice.domain.functions import FOR_MIRROR, MAX_TIMEOUT_S, MODULE_PATTERN
 from sluice.domain.results import rows_of
 from sluice.inline import timeout
 
@@ -73,7 +73,7 @@ class FunctionSteps:
         self._lambdas: dict[str | None, LazyClient] = {}
         self._loaded: dict[str, tuple[int, Any]] = {}  # by path: (the file's mtime, the module)
         self._loading: dict[str, threading.Lock] = {}  # by path: held while the module loads
-        self._pools: dict[str, ThreadPoolExecutor] = {}  # by tenant
+        self._pools: dict[tuple[str, bool], ThreadPoolExecutor] = {}  # by tenant, and whether for its mirrors
         self._lock = threading.Lock()  # over `_loading` and `_pools`; never held while a module loads
 
     # Who may call what --------------------------------------------------------------------
@@ -116,12 +116,15 @@ class FunctionSteps:
         return check_answer(node, answer, rows_of(arrays))  # sluice's own decoded JSON or Arrow: quick, and runs no tenant code
 
     def _pool(self, tenant: str) -> ThreadPoolExecutor:
-        pool = self._pools.get(tenant)
+        """The tenant's threads, or its shadow mirrors' own (`FOR_MIRROR`)."""
+        lane = (tenant, FOR_MIRROR.get())
+        pool = self._pools.get(lane)
         if pool is None:
             with self._lock:
-                pool = self._pools.get(tenant)
+                pool = self._pools.get(lane)
                 if pool is None:
-                    pool = self._pools[tenant] = ThreadPoolExecutor(self.settings.function_threads, thread_name_prefix=f"function-{tenant}")
+                    name = f"function-{tenant}{'-mirror' if lane[1] else ''}"
+                    pool = self._pools[lane] = ThreadPoolExecutor(self.settings.function_threads, thread_name_prefix=name)
         return pool
 
     def _run_module(self, node: Function, tenant: str, arrays: dict[str, np.ndarray]) -> Any:

@@ -49,7 +49,9 @@ class FunctionSettings(Group):
         description=(
             "Threads each tenant's function steps run in (a module's callable, or the wait on a Lambda "
             "function), apart from those that check keys and run models: a tenant whose calls never "
-            "return waits on its own threads only (its later calls time out), never another's."
+            "return waits on its own threads only (its later calls time out), never another's; a tenant's "
+            "shadow mirrors have as many threads of their own, so a mirror whose calls hang never holds up "
+            "its primary's."
         ),
     )
     function_max_payload_bytes: int = Field(
