@@ -388,12 +388,15 @@ def test_records_whose_switch_cases_answer_other_classes_are_called_again_in_run
 
 
 def _nested(policy_of: str) -> dict[str, Any]:
-    inner_names = ("a", "b") if policy_of == "same names" else ("x", "y")
-    inner = split_policy({inner_names[0]: (20, single("iris", 1)), inner_names[1]: (80, single("iris", 2))}, routing_key="user")
+    if policy_of == "an unkeyed split below, its names the top's":  # its `a` weighs nothing: never drawn alone
+        inner = split_policy({"a": (0, single("iris", 2)), "z": (100, single("iris", 1))})
+    else:
+        inner_names = ("a", "b") if policy_of == "same names" else ("x", "y")
+        inner = split_policy({inner_names[0]: (20, single("iris", 1)), inner_names[1]: (80, single("iris", 2))}, routing_key="user")
     return split_policy({"a": (50, inner), "b": (50, single("iris", 1))}, routing_key="user")
 
 
-@pytest.mark.parametrize("shape", ["same names", "other names", "through a reference"])
+@pytest.mark.parametrize("shape", ["same names", "other names", "an unkeyed split below, its names the top's", "through a reference"])
 def test_a_record_goes_the_way_it_would_go_alone_through_nested_sticky_splits_and_references(
     demo: Container, acme: Principal, shape: str
 ) -> None:

@@ -82,3 +82,43 @@ def test_a_v2_routing_key_is_text_or_a_whole_number_and_nothing_else(demo: Conta
         r = infer(wrong)
         # An object or a list is no parameter at all (422, as the body's schema refuses it); the others no routing key (400).
         assert r.status_code == (422 if isinstance(wrong, dict | list) else 400) and r.json()["field"] == "parameters.routing_key", (wrong, r.text)
+
+
+def _streamed(demo: Container, deployment: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    import asyncio
+    import json
+
+    from sluice.stream.core import StreamScorer
+    from sluice.stream.records import StreamRecord
+
+    records = [StreamRecord(json.dumps(b), "kafka:t", n, {"offset": n}) for n, b in enumerate(bodies)]
+    return [o.output for o in asyncio.run(StreamScorer(demo.predictions, "acme", deployment).score(records))]
+
+
+def test_a_stream_record_routes_by_the_field_a_sticky_split_names_wherever_the_split_stands(demo: Container, acme: Principal) -> None:
+    """docs/streaming.md: `routing_key` (or the field a sticky split names) routes a record. A
+    split that is a shadow's primary, or nested in another, reads its field too (the record was
+    refused: 'unknown field'), and the record goes where a request with that key goes; one key
+    routes a record, so two such fields that differ are refused, naming the second."""
+    import numpy as np
+
+    from sluice.domain.requests import ArrayInputs, PredictionRequest
+    from sluice.inference.loop import run
+
+    demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())
+    split = split_policy({"stable": (50.0, single("iris", 1)), "canary": (50.0, single("iris", 2))}, routing_key="x-user-id")
+    demo.deployments.create(acme, "shadowed", {"kind": "shadow", "primary": split, "mirrors": [{"name": "m", "target": single("iris", 2), "sample_percent": 0}]})
+    teams = split_policy({"stable": (50.0, single("iris", 1)), "canary": (50.0, single("iris", 2))}, routing_key="x-team")
+    demo.deployments.create(acme, "nested", split_policy({"one": (50.0, teams), "two": (50.0, teams)}, routing_key="x-user-id"))
+    users = [f"user-{n}" for n in range(12)]
+
+    def alone(deployment: str, user: str) -> str:
+        request = PredictionRequest(deployment, ArrayInputs({"input": np.asarray([ROW], np.float32)}), routing_key=user)
+        return str(run(demo.predictions.predict(acme, request)).answer.variant)
+
+    for deployment, field in (("shadowed", "x-user-id"), ("nested", "x-user-id"), ("nested", "x-team")):
+        out = _streamed(demo, deployment, [{"id": n, field: u, "inputs": [ROW]} for n, u in enumerate(users)])
+        assert [o.get("variant") for o in out] == [alone(deployment, u) for u in users], (deployment, field, out[0])
+    [same, differ] = _streamed(demo, "nested", [{"id": 0, "x-user-id": "u", "x-team": "u", "inputs": [ROW]}, {"id": 1, "x-user-id": "u", "x-team": "t", "inputs": [ROW]}])
+    assert same.get("variant") == alone("nested", "u")
+    assert differ["field"] == "x-team" and "both give this record's routing key" in differ["error"], differ

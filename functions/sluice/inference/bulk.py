@@ -26,7 +26,7 @@ arrays) and writing (outcomes presented). It
 Outcomes are kept per call, not per record: a batch piece of 65,536 rows is a handful of
 objects, and a record's own outputs are views of its call's answer.
 
-The routes are `bulk_routes`'s (and `sticky_field`, the record field a reader takes a key
+The routes are `bulk_routes`'s (and `sticky_fields`, the record fields a reader takes a key
 from); how records are cut into calls (runs, halves, runs of one case) is `selections`'s.
 """
 

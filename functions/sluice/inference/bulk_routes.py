@@ -20,24 +20,25 @@ if TYPE_CHECKING:
     from sluice.inference.selections import Selection
 
 
-def sticky_field(node: Node) -> str | None:
-    """The record field a deployment's top split reads its routing key from, when it routes
-    by key: a reader takes it from each record beside `routing_key`."""
-    split = _sticky_split(node)
-    return split.routing_key if split else None
+def sticky_fields(node: Node) -> tuple[str, ...]:
+    """The record fields the policy's sticky splits read their routing keys from (the headers
+    they name), wherever they stand in it: a reader takes them from each record beside
+    `routing_key`."""
+    return tuple(dict.fromkeys(n.routing_key for n in walk(node) if n.kind == "split" and n.routing_key))  # type: ignore[union-attr]
 
 
 def _sticky_split(node: Node) -> Split | bool | None:
-    """The top split when it alone routes by key (records are grouped by the variant each would
-    get alone); False when a split further down does too (it draws by its own place:
-    `sticky_pick`), a reference may lead to one, or a switch's condition reads the key (records
-    are grouped by the key itself, each group walked as a request with it is); None when
-    nothing routes by key."""
+    """The top split when it alone routes by key, nothing below it splitting (records are
+    grouped by the variant each would get alone, asked for by name); False when a split further
+    down routes too (the variant's name would be asked of it as well, and a keyed one draws by
+    its own place: `sticky_pick`), a reference may lead to one, or a switch's condition reads
+    the key (records are grouped by the key itself, each group walked as a request with it is);
+    None when nothing routes by key."""
     nodes = walk(node)
-    keyed_below = any(n is not node and n.kind == "split" and n.routing_key for n in nodes) or any(n.kind == "ref" for n in nodes)  # type: ignore[union-attr]
-    if node.kind == "split" and node.routing_key and node.bandit is None and not keyed_below and not reads_routing_key(node):  # type: ignore[union-attr]
+    split_below = any(n is not node and n.kind == "split" for n in nodes) or any(n.kind == "ref" for n in nodes)
+    if node.kind == "split" and node.routing_key and node.bandit is None and not split_below and not reads_routing_key(node):  # type: ignore[union-attr]
         return node  # type: ignore[return-value]
-    if keyed_below or (node.kind == "split" and node.routing_key) or reads_routing_key(node):  # type: ignore[union-attr]
+    if any(n.kind == "split" and n.routing_key for n in nodes) or any(n.kind == "ref" for n in nodes) or reads_routing_key(node):  # type: ignore[union-attr]
         return False
     return None
 

@@ -25,7 +25,7 @@ from sluice.codecs.plain import present_rows, said_per_row, who_answered, who_of
 from sluice.domain import Principal
 from sluice.domain.errors import SluiceError
 from sluice.inference.bulk import check_answers_in_place, score_many
-from sluice.inference.bulk_routes import sticky_field
+from sluice.inference.bulk_routes import sticky_fields
 from sluice.stream.reading import RecordReader
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class StreamScorer(RecordReader):
             for outcome in outcomes:
                 outcome.retry = f"{exc.code}: {exc.message}"
             return outcomes
-        layouts = self._read(records, outcomes, resolved.version.signature, sticky_field(resolved.node))
+        layouts = self._read(records, outcomes, resolved.version.signature, sticky_fields(resolved.node))
         for layout in layouts:
             await self._score(resolved, layout, records, outcomes)
         return outcomes

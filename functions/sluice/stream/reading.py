@@ -78,6 +78,19 @@ class _Item(tuple):  # type: ignore[type-arg]
 _row = itemgetter(2)  # a hot record's feature values, read in C
 
 
+def _key_field(body: dict[str, Any], fields: tuple[str, ...]) -> str:
+    """The field a record's routing key is read from where it gives no `routing_key`: the one
+    of its sticky splits' fields it gives. One key routes every split of the record (as
+    `routing_key` does): two such fields with different values are refused, naming the second."""
+    given = [f for f in fields if body.get(f) is not None]
+    for other in given[1:]:
+        if routing_key_text(body[other], other) != routing_key_text(body[given[0]], given[0]):
+            raise BadRequest(
+                f"'{given[0]}' and '{other}' both give this record's routing key, and differ: give one (or routing_key)", field=other
+            )
+    return given[0] if given else "routing_key"
+
+
 class RecordReader:
     """The reading side of a `StreamScorer` (bound to one deployment): records into layouts,
     and the error output of a record that fails."""
@@ -85,10 +98,10 @@ class RecordReader:
     predictions: PredictionService
     deployment: str
 
-    def _read(self, records: Sequence[StreamRecord], outcomes: list[Outcome], signature: Signature, field: str | None) -> list[Layout]:
+    def _read(self, records: Sequence[StreamRecord], outcomes: list[Outcome], signature: Signature, fields: tuple[str, ...]) -> list[Layout]:
         """The records by layout (`_layouts`); a record that cannot be read gets its error
-        output in `outcomes` instead."""
-        allowed = RECORD_KEYS | ({field} if field else set())
+        output in `outcomes` instead. `fields`: those the policy's sticky splits read a key from."""
+        allowed = RECORD_KEYS | set(fields)
         only = signature.inputs[0] if len(signature.inputs) == 1 else None
         names = only.feature_names if only is not None and only.feature_names else None
         row_of = _row_getter(names)
@@ -128,7 +141,7 @@ class RecordReader:
                         continue
                     except KeyError:
                         pass  # the full decode names the missing feature
-                full.append(self._item(index, raw, body, signature, allowed, field))
+                full.append(self._item(index, raw, body, signature, allowed, fields))
             except SluiceError as exc:
                 outcomes[index].output = self._error(record, record_id(record.body), exc)
             except SHORT_OF:
@@ -139,7 +152,7 @@ class RecordReader:
         return _layouts(hot, stacked, full)
 
     def _item(
-        self, index: int, raw: bytes | str, body: dict[str, Any], signature: Signature, allowed: frozenset[str] | set[str], field: str | None
+        self, index: int, raw: bytes | str, body: dict[str, Any], signature: Signature, allowed: frozenset[str] | set[str], fields: tuple[str, ...]
     ) -> _Item:
         extra = body.keys() - allowed
         if extra:
@@ -158,7 +171,7 @@ class RecordReader:
             request = PredictionRequest(self.deployment, RowInputs(inputs=inputs, features=features, batch=body.get("batch")))
         arrays = self.predictions.decode(signature, request)
         rows = rows_of({name: array for name, array in arrays.items() if array.ndim} or arrays)  # a scalar is one row; beside batched inputs, theirs
-        named = "routing_key" if body.get("routing_key") is not None or not field else field
+        named = "routing_key" if body.get("routing_key") is not None else _key_field(body, fields)
         key = routing_key_text(body.get(named), named)  # text, or a whole number's digits: as a v2 parameter
         variant = body.get("variant")
         # Routing reads a variant and a key as text: a container's text is made here, where what
