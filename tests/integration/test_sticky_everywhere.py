@@ -82,6 +82,11 @@ def test_a_v2_routing_key_is_text_or_a_whole_number_and_nothing_else(demo: Conta
         r = infer(wrong)
         # An object or a list is no parameter at all (422, as the body's schema refuses it); the others no routing key (400).
         assert r.status_code == (422 if isinstance(wrong, dict | list) else 400) and r.json()["field"] == "parameters.routing_key", (wrong, r.text)
+    # The header the split names is held to the same length, on either door (it was taken whole).
+    for door, body in (("/v2/models/split/infer", v2), ("/api/v1/predictions", {"deployment": "split", "inputs": [ROW]})):
+        at_limit = client.post(door, json=body, headers={**auth(key), "X-User-Id": "u" * 256})
+        over = client.post(door, json=body, headers={**auth(key), "X-User-Id": "u" * 257})
+        assert at_limit.status_code == 200 and (over.status_code, over.json()["field"]) == (400, "headers.X-User-Id"), over.text
 
 
 def _streamed(demo: Container, deployment: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -143,4 +143,11 @@ class PredictionRequest:
     refs: Mapping[str, int] | None = None  # the deployments its policy references, at these revisions (pinned with `revision`)
 
     def routing_value(self, name: str) -> str | None:
-        return self.routing_key or header_of(self.headers, name) or None
+        """The key a split naming header `name` routes by: the request's own, else that header
+        (held to the length the others are)."""
+        if self.routing_key:
+            return self.routing_key
+        found = header_of(self.headers, name)
+        if found and len(found) > MAX_ROUTING_KEY:
+            raise BadRequest(f"header {name}, a routing key, is at most {MAX_ROUTING_KEY} characters, not {len(found)}", field=f"headers.{name}")
+        return found or None
