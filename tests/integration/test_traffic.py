@@ -375,6 +375,12 @@ def test_ensemble_member_deadlines_and_min_members(demo: Container, client: Test
     r = predict(client, keys["acme"], "ens2")
     assert r.status_code == 502 and "1 of 3" in r.json()["error"]
     assert len(r.json()["details"]["members"]) == 3
+    # Every member out of time: a 504 whatever the aggregator (first_success said 502).
+    add_fake(demo.registry, "acme", "later", value=100.0, sleep_s=5.0)
+    for aggregator in ("median", "first_success"):
+        deploy(client, keys["acme"], "ens2", _ensemble(aggregator, [("late", 50), ("later", 80)]), update=True)
+        r = predict(client, keys["acme"], "ens2")
+        assert (r.status_code, r.json()["code"]) == (504, "deadline_exceeded"), (aggregator, r.text)
 
 
 def test_first_success_answers_with_the_fastest(demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime) -> None:

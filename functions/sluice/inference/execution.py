@@ -318,16 +318,16 @@ class PolicyRunner:
         finished = {i: (answer, error, ms) for i, answer, error, ms in done}
         report = [_member_report(member.name, *finished.get(i, (None, None, stopped_ms))) for i, member in enumerate(node.members)]
         answers = [(i, a) for i, a, _, _ in in_order if a is not None]
+        # Too few answered: a 504 where every member that failed ran out of time, else a 502.
+        short_of = DeadlineExceeded if all(e is not None and e.status == 504 for _, a, e, _ in done if a is None) else BackendError
         if node.aggregator == "first_success":
             won = next(((i, a) for i, a, _, _ in done if a is not None), None)  # in order of arrival
             if won is None:
-                raise BackendError("no ensemble member answered", members=report)
+                raise short_of("no ensemble member answered", members=report)
             return replace(won[1], members=report), won[0]  # its alone: feedback on it rewards no other member's bandit
         need = node.min_members or len(node.members)
         if len(answers) < need:
-            timed_out = all(e is not None and e.status == 504 for _, a, e, _ in done if a is None)
-            cls = DeadlineExceeded if timed_out else BackendError
-            raise cls(f"{len(answers)} of {len(node.members)} ensemble members answered; {need} needed", members=report)
+            raise short_of(f"{len(answers)} of {len(node.members)} ensemble members answered; {need} needed", members=report)
         combined = aggregate(
             node.aggregator,
             [MemberAnswer(node.members[i].name, node.members[i].weight, a.signature, a.result) for i, a in answers],
