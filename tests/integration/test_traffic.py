@@ -560,7 +560,10 @@ def test_splits_in_two_switch_cases_count_apart_by_their_case(demo: Container, c
         ({"kind": "ref", "deployment": "ghost"}, 422, "policy"),
         ({"kind": "ensemble", "aggregator": "majority", "members": [{"name": "a", "target": {"kind": "single", "model": "diabetes", "version": 1}}]}, 422, "policy.aggregator"),
         ({"kind": "ensemble", "aggregator": "mean", "members": [{"name": "a", "target": {"kind": "single", "model": "iris", "version": 1}}, {"name": "b", "target": {"kind": "single", "model": "diabetes", "version": 1}}]}, 422, "policy.aggregator"),
-        ({"kind": "split", "variants": [{"name": "a", "weight": 1, "target": {"kind": "single", "model": "iris", "version": 1}}, {"name": "b", "weight": 1, "target": {"kind": "ref", "deployment": "diabetes"}}]}, 422, "policy"),
+        ({"kind": "split", "variants": [{"name": "a", "weight": 1, "target": {"kind": "single", "model": "iris", "version": 1}}, {"name": "b", "weight": 1, "target": {"kind": "ref", "deployment": "diabetes"}}]}, 422, "policy.variants.1.target"),
+        # Nested: the field of the node at fault, not the top's (it said policy.aggregator, a field the split has not).
+        ({"kind": "split", "variants": [{"name": "a", "weight": 1, "target": {"kind": "single", "model": "diabetes", "version": 1}}, {"name": "b", "weight": 1, "target": {"kind": "ensemble", "aggregator": "majority", "members": [{"name": "a", "target": {"kind": "single", "model": "diabetes", "version": 1}}]}}]}, 422, "policy.variants.1.target.aggregator"),
+        ({"kind": "shadow", "primary": {"kind": "single", "model": "iris", "version": 1}, "mirrors": [{"name": "m", "target": {"kind": "single", "model": "diabetes", "version": 1}}]}, 422, "policy.mirrors.0.target"),
         ({"kind": "ensemble", "aggregator": "vote", "members": [{"name": "a", "target": {"kind": "single", "model": "iris", "version": 1}}]}, 422, "policy.aggregator"),
         ({"kind": "ensemble", "aggregator": "mean", "min_members": 3, "members": [{"name": "a", "target": {"kind": "single", "model": "iris", "version": 1}}]}, 422, "policy.min_members"),
         ({"kind": "shadow", "primary": {"kind": "single", "model": "iris", "version": 1}, "mirrors": [{"name": "m", "sample_percent": 150, "target": {"kind": "single", "model": "iris", "version": 1}}]}, 422, "policy.mirrors.0.sample_percent"),

@@ -211,21 +211,21 @@ class PolicyChecks:
         graphs = GraphChecks(signature_of, resolve)
         graphs.check(node)
         check_tables(node, graphs, self.precomputed, tenant)
-        for child in walk(node):
+        for where, child in fields_of(node):  # each named by its field: `policy.variants.1.target.aggregator`
             first_inputs = signature_of(child).inputs  # a sequence's later steps take other inputs than the policy
-            branches: list[tuple[str, Node]] = []
+            branches: list[tuple[str, str, Node]] = []
             if isinstance(child, Split):
-                branches = [(f"variant '{v.name}'", v.target) for v in child.variants]
+                branches = [(f"{where}.variants.{i}.target", f"variant '{v.name}'", v.target) for i, v in enumerate(child.variants)]
             elif isinstance(child, Shadow):
-                branches = [(f"mirror '{m.name}'", m.target) for m in child.mirrors]
+                branches = [(f"{where}.mirrors.{i}.target", f"mirror '{m.name}'", m.target) for i, m in enumerate(child.mirrors)]
             elif isinstance(child, Ensemble):
-                branches = [(f"member '{m.name}'", m.target) for m in child.members]
+                branches = [(f"{where}.members.{i}.target", f"member '{m.name}'", m.target) for i, m in enumerate(child.members)]
                 problem = check_fits(child.aggregator, [graphs.answers(m.target) for m in child.members])
                 if problem:
-                    raise Unprocessable(f"aggregator '{child.aggregator}' does not fit: {problem}", field="policy.aggregator")
-            for label, branch in branches:
+                    raise Unprocessable(f"aggregator '{child.aggregator}' does not fit: {problem}", field=f"{where}.aggregator")
+            for field, label, branch in branches:
                 if signature_of(branch).inputs != first_inputs:
-                    raise Unprocessable(f"{label} takes different inputs from the rest of the policy", field="policy")
+                    raise Unprocessable(f"{label} takes different inputs from the rest of the policy", field=field)
 
     def dependents(self, tenant: str, name: str) -> list[Deployment]:
         """The tenant's deployments whose policies reach `name` through references, directly
