@@ -167,7 +167,7 @@ def test_a_tracking_uri_query_token_is_never_printed(capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize(("written", "read"), [("sepal_length,sepal_width,petal_length,petal_width,", 4), ("sepal_length,sepal_width,sepal_width,petal_width", None)])
 def test_feature_names_a_models_metadata_gives_are_read_as_an_exporter_writes_them(written: str, read: int | None) -> None:
     """A trailing comma an exporter left in the model's `feature_names` metadata names nothing
-    (the user never typed it); a name given twice there is refused as from the command line."""
+    (the user never typed it); a name given twice there is refused, blaming the artifact."""
     import onnx
 
     from sluice.domain.errors import SluiceError
@@ -180,6 +180,6 @@ def test_feature_names_a_models_metadata_gives_are_read_as_an_exporter_writes_th
     if read is None:
         with pytest.raises(SluiceError) as refused:
             read_signature(model.SerializeToString())
-        assert refused.value.field == "feature_names" and "twice" in refused.value.message
+        assert refused.value.field == "artifact" and "the model's feature_names metadata" in refused.value.message and "twice" in refused.value.message
     else:
         assert len(read_signature(model.SerializeToString()).inputs[0].feature_names or ()) == read

@@ -271,6 +271,40 @@ def test_a_model_whose_weights_name_a_file_is_refused_and_no_file_is_read(client
         assert r.status_code == 400 and r.json()["field"] == "artifact" and "external data" in r.json()["error"], (location, r.text)
 
 
+def test_a_model_onnx_runtime_cannot_load_is_refused_saying_why(client: TestClient, keys: dict[str, str]) -> None:
+    """Refused naming the artifact in ONNX Runtime's words, not its error's class name ("not a
+    loadable ONNX model: Fail"); weights naming a file inside a branch of an If say so as the
+    top graph's do; feature names the model's metadata carries that do not fit blame the
+    artifact, not a feature_names field the caller never sent."""
+    from onnx import TensorProto, helper
+
+    def model(nodes: list[Any], inputs: list[Any], *, opset: int = 17, ir: int = 8, meta: str | None = None) -> bytes:
+        graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])])
+        made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        made.ir_version = ir
+        if meta is not None:
+            entry = made.metadata_props.add()
+            entry.key, entry.value = "feature_names", meta
+        return made.SerializeToString()
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])
+    weight = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[2], data_location=TensorProto.EXTERNAL)
+    weight.external_data.add(key="location", value="/etc/hostname")
+    branch = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "b", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])], initializer=[weight])
+    cond = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    cases = {
+        "two inputs named x": (model([helper.make_node("Identity", ["x"], ["y"])], [x, x]), "Duplicate definition-site for (x)"),
+        "a complex input": (model([helper.make_node("Identity", ["z"], ["y"])], [helper.make_tensor_value_info("z", TensorProto.COMPLEX64, [None, 2])], opset=21, ir=10), "tensor(complex64)"),
+        "a weight in a branch naming a file": (model([helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)], [cond, x]), "external data"),
+        "metadata names given twice": (model([helper.make_node("Identity", ["x"], ["y"])], [x], meta="a,a"), "the model's feature_names metadata: feature name 'a' is given twice"),
+        "metadata names too many": (model([helper.make_node("Identity", ["x"], ["y"])], [x], meta="a,b,c"), "the model's feature_names metadata: 3 feature names do not fit"),
+    }
+    for case, (data, words) in cases.items():
+        r = client.post("/api/v1/models/odd/versions", content=data, headers={**auth(keys["acme"]), "content-type": "application/octet-stream"})
+        assert 400 <= r.status_code < 500 and r.json()["field"] == "artifact" and words in r.json()["error"], (case, r.text)
+        assert "onnxruntime_src" not in r.text and "ONNXRuntimeError" not in r.text, (case, r.text)
+
+
 def test_a_model_that_declares_no_outputs_is_refused_when_pushed(client: TestClient, keys: dict[str, str]) -> None:
     """It was taken, and every prediction then answered 400 "the model rejected the input",
     blaming the caller's inputs for what the model could never answer."""

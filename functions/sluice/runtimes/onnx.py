@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -56,9 +57,32 @@ def build_session(
     try:
         return ort.InferenceSession(data, no_external_data(options), providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own untyped errors for bad graphs (and for weights naming a file)
-        if "external data" in str(exc).lower():
+        if "external data" in str(exc).lower() or "external tensorproto" in str(exc).lower():  # a subgraph's say the latter
             raise InvalidInput("not a loadable ONNX model: its weights name a file (external data); send the model with its weights inside", field="artifact") from None
-        raise InvalidInput(f"not a loadable ONNX model: {type(exc).__name__}", field="artifact") from None
+        raise InvalidInput(f"not a loadable ONNX model: {ort_words(exc)}", field="artifact") from None
+
+
+_ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
+_ORT_SOURCE = re.compile(r"/onnxruntime_src/\S+:\d+ ")
+MAX_ORT_WORDS = 300
+
+
+def ort_words(exc: Exception) -> str:
+    """What ONNX Runtime says is wrong with a model, in its words without its own (its status
+    code, the C++ source line and function that raised): `Opset 99 is under development…`,
+    `Duplicate definition-site for (x)`, `tensor(complex64) is not currently registered`; its
+    error's class name where it says nothing. (A model is loaded from bytes: no path of this
+    machine's is in them.)"""
+    text = _ORT_PREFIX.sub("", str(exc))
+    source = _ORT_SOURCE.search(text)
+    if source is not None:  # `<file>:<line> <C++ signature>) <the message>`
+        rest = text[source.end() :]
+        cut = rest.find(") ")
+        text = rest[cut + 2 :] if cut >= 0 else rest
+    text = " ".join(text.split())
+    if not text:
+        return type(exc).__name__
+    return text if len(text) <= MAX_ORT_WORDS else f"{text[:MAX_ORT_WORDS]}…"
 
 
 @dataclass(slots=True)

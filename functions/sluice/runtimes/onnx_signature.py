@@ -53,7 +53,8 @@ def signature_from_session(session: Any, feature_names: list[str] | None = None)
             f"feature names name the columns of a model's one input; this model takes {len(session.get_inputs())} inputs",
             field="feature_names",
         )
-    if feature_names is None and meta.get("feature_names"):
+    from_metadata = feature_names is None and bool(meta.get("feature_names"))
+    if from_metadata:
         feature_names = [n.strip() for n in meta["feature_names"].split(",") if n.strip()]  # an exporter's trailing comma: no name
     raw_inputs = session.get_inputs()
     inputs = []
@@ -62,12 +63,14 @@ def signature_from_session(session: Any, feature_names: list[str] | None = None)
         shape = _dims(arg.shape)
         names = None
         if feature_names and len(raw_inputs) == 1:
-            if len(shape) != 2 or shape[1] not in (DYNAMIC, len(feature_names)):
-                raise Unprocessable(
-                    f"{len(feature_names)} feature names do not fit input shape {list(shape)}",
-                    field="feature_names",
-                )
-            names = check_feature_names(feature_names)
+            try:
+                if len(shape) != 2 or shape[1] not in (DYNAMIC, len(feature_names)):
+                    raise Unprocessable(f"{len(feature_names)} feature names do not fit input shape {list(shape)}", field="feature_names")
+                names = check_feature_names(feature_names)
+            except Unprocessable as exc:  # names the model's own metadata carried: the artifact's fault, not a field the caller sent
+                if not from_metadata:
+                    raise
+                raise Unprocessable(f"the model's feature_names metadata: {exc.message}", field="artifact") from None
             shape = (shape[0], len(feature_names))
         inputs.append(TensorSpec(arg.name, datatype, shape, feature_names=names))
     raw_outputs = session.get_outputs()
