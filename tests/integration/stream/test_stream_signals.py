@@ -200,18 +200,25 @@ def test_a_worker_killed_while_it_sends_an_answer_still_lets_the_stream_end(env:
     stream = Stream(env, 2)
     streams.append(stream)
     stream.read_until_written(2000)
-    os.kill(stream.proc.pid, signal.SIGSTOP)  # nothing reads the answers: a worker's send fills the pipe
-    try:
-        sending = None
-        for _ in range(600):
-            sending = next((pid for pid in stream.workers() if "pipe_write" in Path(f"/proc/{pid}/wchan").read_text()), None)
-            if sending is not None:
-                break
-            time.sleep(0.05)
-        assert sending is not None, "no worker was held sending an answer"
-        os.kill(sending, signal.SIGKILL)
-    finally:
-        os.kill(stream.proc.pid, signal.SIGCONT)
+    sending = None
+    # Stopped, nothing reads the answers: a worker's send fills the pipe. A worker idle as the
+    # stream stopped (the stream itself held writing lines nobody read) sends nothing: then
+    # the stream goes on a while, its lines read, and is stopped again (a busy machine).
+    for _ in range(20):
+        os.kill(stream.proc.pid, signal.SIGSTOP)
+        try:
+            for _ in range(60):
+                sending = next((pid for pid in stream.workers() if "pipe_write" in Path(f"/proc/{pid}/wchan").read_text()), None)
+                if sending is not None:
+                    os.kill(sending, signal.SIGKILL)
+                    break
+                time.sleep(0.05)
+        finally:
+            os.kill(stream.proc.pid, signal.SIGCONT)
+        if sending is not None:
+            break
+        stream.read_until_written(stream.out.count(b"\n") + 500)
+    assert sending is not None, "no worker was held sending an answer"
     code, err = stream.finish()
 
     assert code == 1, err
