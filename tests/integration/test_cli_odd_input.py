@@ -164,6 +164,14 @@ def test_a_tracking_uri_query_token_is_never_printed(capsys: pytest.CaptureFixtu
     assert not {"PROMETHEUS_MULTIPROC_DIR", "PROMETHEUS_MULTIPROCESS_DIR"} & set(os.environ)
 
 
+def test_a_tracking_uri_python_cannot_split_is_refused_without_its_credentials(capsys: pytest.CaptureFixture[str]) -> None:
+    """Python's own words for such a URI (a host NFKC changes) quote its netloc, credentials
+    and all: the push says sluice's, naming the flag's field."""
+    pytest.importorskip("mlflow")
+    code, _, err = run_cli(capsys, "models", "push", "fraud", "models:/fraud/1", "--tracking-uri", "http://alice:s3cretpw@mlflow.example\uff0fx")
+    assert code == 2 and "s3cretpw" not in err and "tracking_uri cannot be read as a URL" in err, err
+
+
 @pytest.mark.parametrize(("written", "read"), [("sepal_length,sepal_width,petal_length,petal_width,", 4), ("sepal_length,sepal_width,sepal_width,petal_width", None)])
 def test_feature_names_a_models_metadata_gives_are_read_as_an_exporter_writes_them(written: str, read: int | None) -> None:
     """A trailing comma an exporter left in the model's `feature_names` metadata names nothing

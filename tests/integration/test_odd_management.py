@@ -271,6 +271,15 @@ def test_a_model_whose_weights_name_a_file_is_refused_and_no_file_is_read(client
         assert r.status_code == 400 and r.json()["field"] == "artifact" and "external data" in r.json()["error"], (location, r.text)
 
 
+def _with_initializer(model: Any, x: Any, weight: Any) -> bytes:
+    import onnx
+    from onnx import helper
+
+    made = onnx.load_from_string(model([helper.make_node("Add", ["x", "w"], ["y"])], [x]))
+    made.graph.initializer.append(weight)
+    return made.SerializeToString()
+
+
 def test_a_model_onnx_runtime_cannot_load_is_refused_saying_why(client: TestClient, keys: dict[str, str]) -> None:
     """Refused naming the artifact in ONNX Runtime's words, not its error's class name ("not a
     loadable ONNX model: Fail"); weights naming a file inside a branch of an If say so as the
@@ -292,7 +301,12 @@ def test_a_model_onnx_runtime_cannot_load_is_refused_saying_why(client: TestClie
     weight.external_data.add(key="location", value="/etc/hostname")
     branch = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "b", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])], initializer=[weight])
     cond = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    short = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[2], raw_data=b"\x00\x00")  # 2 bytes for 2 floats
     cases = {
+        "a weight shorter than its shape": (  # ORT's words nest its own status and source line: neither shown
+            _with_initializer(model, x, short),
+            "Initializer 'w': raw_data size (2 bytes) does not match",
+        ),
         "two inputs named x": (model([helper.make_node("Identity", ["x"], ["y"])], [x, x]), "Duplicate definition-site for (x)"),
         "a complex input": (model([helper.make_node("Identity", ["z"], ["y"])], [helper.make_tensor_value_info("z", TensorProto.COMPLEX64, [None, 2])], opset=21, ir=10), "tensor(complex64)"),
         "a weight in a branch naming a file": (model([helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)], [cond, x]), "external data"),
@@ -302,7 +316,7 @@ def test_a_model_onnx_runtime_cannot_load_is_refused_saying_why(client: TestClie
     for case, (data, words) in cases.items():
         r = client.post("/api/v1/models/odd/versions", content=data, headers={**auth(keys["acme"]), "content-type": "application/octet-stream"})
         assert 400 <= r.status_code < 500 and r.json()["field"] == "artifact" and words in r.json()["error"], (case, r.text)
-        assert "onnxruntime_src" not in r.text and "ONNXRuntimeError" not in r.text, (case, r.text)
+        assert not any(word in r.text for word in ("onnxruntime_src", "ONNXRuntimeError", ".cc:", "IsOK")), (case, r.text)
 
 
 def test_a_model_that_declares_no_outputs_is_refused_when_pushed(client: TestClient, keys: dict[str, str]) -> None:

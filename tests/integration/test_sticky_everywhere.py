@@ -82,11 +82,22 @@ def test_a_v2_routing_key_is_text_or_a_whole_number_and_nothing_else(demo: Conta
         r = infer(wrong)
         # An object or a list is no parameter at all (422, as the body's schema refuses it); the others no routing key (400).
         assert r.status_code == (422 if isinstance(wrong, dict | list) else 400) and r.json()["field"] == "parameters.routing_key", (wrong, r.text)
-    # The header the split names is held to the same length, on either door (it was taken whole).
-    for door, body in (("/v2/models/split/infer", v2), ("/api/v1/predictions", {"deployment": "split", "inputs": [ROW]})):
+    # The header the split names is held to the same length, on either door (it was taken whole),
+    # and under an ensemble too: the request's fault, not a member failing (a 502, or a member
+    # dropped); a hedge refused by every member says why too.
+    for aggregator in ("first_success", "mean"):
+        other = {"kind": "ref", "deployment": "split"} if aggregator == "first_success" else single("iris", 1)
+        members = [{"name": "split", "target": {"kind": "ref", "deployment": "split"}}, {"name": "other", "target": other}]
+        policy = {"kind": "ensemble", "aggregator": aggregator, "members": members, "min_members": 1}
+        made = client.post("/api/v1/deployments", json={"name": f"ens-{aggregator.replace('_', '-')}", "policy": policy}, headers=auth(key))
+        assert made.status_code == 201, made.text
+    for door, body in (
+        ("/v2/models/split/infer", v2), ("/api/v1/predictions", {"deployment": "split", "inputs": [ROW]}),
+        ("/api/v1/predictions", {"deployment": "ens-first-success", "inputs": [ROW]}), ("/v2/models/ens-mean/infer", v2),
+    ):  # fmt: skip
         at_limit = client.post(door, json=body, headers={**auth(key), "X-User-Id": "u" * 256})
         over = client.post(door, json=body, headers={**auth(key), "X-User-Id": "u" * 257})
-        assert at_limit.status_code == 200 and (over.status_code, over.json()["field"]) == (400, "headers.X-User-Id"), over.text
+        assert at_limit.status_code == 200 and (over.status_code, over.json().get("field")) == (400, "headers.X-User-Id"), (door, body, at_limit.text, over.text)
 
 
 def _streamed(demo: Container, deployment: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -121,9 +132,18 @@ def test_a_stream_record_routes_by_the_field_a_sticky_split_names_wherever_the_s
         request = PredictionRequest(deployment, ArrayInputs({"input": np.asarray([ROW], np.float32)}), routing_key=user)
         return str(run(demo.predictions.predict(acme, request)).answer.variant)
 
-    for deployment, field in (("shadowed", "x-user-id"), ("nested", "x-user-id"), ("nested", "x-team")):
+    demo.deployments.create(acme, "through", {"kind": "shadow", "primary": {"kind": "ref", "deployment": "nested"}, "mirrors": [{"name": "m", "target": single("iris", 2), "sample_percent": 0}]})
+    for deployment, field in (("shadowed", "x-user-id"), ("nested", "x-user-id"), ("nested", "x-team"), ("through", "x-team")):
         out = _streamed(demo, deployment, [{"id": n, field: u, "inputs": [ROW]} for n, u in enumerate(users)])
         assert [o.get("variant") for o in out] == [alone(deployment, u) for u in users], (deployment, field, out[0])
-    [same, differ] = _streamed(demo, "nested", [{"id": 0, "x-user-id": "u", "x-team": "u", "inputs": [ROW]}, {"id": 1, "x-user-id": "u", "x-team": "t", "inputs": [ROW]}])
-    assert same.get("variant") == alone("nested", "u")
+    # A variant asked for, and a key for the split below it: the key still routes there.
+    def variant_alone(user: str) -> str:
+        request = PredictionRequest("nested", ArrayInputs({"input": np.asarray([ROW], np.float32)}), routing_key=user, variant="one")
+        return str(run(demo.predictions.predict(acme, request)).answer.variant)
+
+    out = _streamed(demo, "nested", [{"id": n, "variant": "one", "routing_key": u, "inputs": [ROW]} for n, u in enumerate(users)])
+    assert [o.get("variant") for o in out] == [variant_alone(u) for u in users] and len({o.get("variant") for o in out}) == 2
+    bodies = [{"id": 0, "x-user-id": "u", "x-team": "u"}, {"id": 1, "x-user-id": "u", "x-team": "t"}, {"id": 2, "x-user-id": "", "x-team": "t"}]
+    [same, differ, empty] = _streamed(demo, "nested", [{**b, "inputs": [ROW]} for b in bodies])
+    assert same.get("variant") == alone("nested", "u") and empty.get("variant") == alone("nested", "t"), (same, empty)  # "" is no key
     assert differ["field"] == "x-team" and "both give this record's routing key" in differ["error"], differ

@@ -93,3 +93,16 @@ def test_a_cron_fires_on_the_minutes_its_fields_name_locally_and_on_eventbridge(
     # EventBridge is given fields naming the same minutes (its own first four read as cron's).
     aws = aws_expression(expression).removeprefix("cron(").removesuffix(")").split()
     assert [_read(f, i) for i, f in enumerate(aws[:4])] == [_read(f, i) for i, f in enumerate(line.split()[:4])], (line, aws)
+
+
+def test_a_number_of_thousands_of_digits_in_a_field_is_refused_naming_the_expression() -> None:
+    """Read as a number only once it is short enough to be one of a field's (Python refuses
+    to read an integer past 4,300 digits with a ValueError of its own)."""
+    import pytest
+
+    from sluice.domain.errors import BadRequest
+
+    for line in ("0 0 1-1/" + "9" * 5000 + " * *", "0 0 " + "9" * 5000 + "-1/2 * *"):
+        with pytest.raises(BadRequest) as refused:
+            normalize_expression(line)
+        assert refused.value.field == "expression"

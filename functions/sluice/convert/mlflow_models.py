@@ -15,9 +15,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlunsplit
 
 from sluice.domain.errors import BadRequest, NotFound, SluiceError, Unprocessable
+from sluice.domain.origins import split_url
 from sluice.domain.values import decimal
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ class Fetched:
 
 def without_credentials(uri: str) -> str:
     """A tracking URI as it may be stored and shown: no user, password, query or fragment."""
-    parts = urlsplit(uri)
+    parts = split_url(uri, field="tracking_uri")  # never Python's words: they quote the credentials
     netloc = parts.netloc.rpartition("@")[2]
     if "://" in uri:  # kept as written: `sqlite:////abs/path.db` has an empty host and a path of `//abs/…`
         return f"{parts.scheme}://{netloc}{parts.path}"
@@ -116,8 +117,13 @@ class scrubbed:
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
         if isinstance(exc, SluiceError):
-            exc.message = exc.message.replace(self.tracking, without_credentials(self.tracking))
-            parts = urlsplit(self.tracking)
+            try:
+                parts, shown = split_url(self.tracking, field="tracking_uri"), without_credentials(self.tracking)
+            except BadRequest as unreadable:  # a URI that cannot be split: nothing of the message is safe to show
+                exc.message = unreadable.message
+                exc.args = (exc.message,)
+                return False
+            exc.message = exc.message.replace(self.tracking, shown)
             # MLflow's messages quote parts of the URI alone too (its path and query, a token in it)
             for secret in (parts.password, parts.query, parts.fragment):
                 if secret and len(secret) >= 3:

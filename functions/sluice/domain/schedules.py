@@ -149,7 +149,7 @@ def _one_value_ranges(line: str) -> str:
 
     def value(text: str, position: int) -> int | None:
         low = text.lower()
-        if low.isascii() and low.isdigit():
+        if low.isascii() and low.isdigit() and len(low) <= 4:  # a field's values are below 100: more digits are cronsim's to refuse
             return int(low)
         names = {3: _MONTHS, 4: _DAYS}.get(position, ())
         return (names.index(low) + (position == 3)) if low in names else None
@@ -160,7 +160,7 @@ def _one_value_ranges(line: str) -> str:
         for i, item in enumerate(items):
             term, slash, step = item.partition("/")
             first, dash, last = term.partition("-")
-            stepped = slash and dash and step.isascii() and step.isdigit() and int(step) > 0
+            stepped = slash and dash and step.isascii() and step.isdigit() and len(step) <= 4 and int(step) > 0
             if stepped and (one := value(first, position)) is not None and one == value(last, position):
                 items[i] = first
         fields[position] = ",".join(items)

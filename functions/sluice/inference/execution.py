@@ -320,11 +320,16 @@ class PolicyRunner:
         answers = [(i, a) for i, a, _, _ in in_order if a is not None]
         # Too few answered: a 504 where every member that failed ran out of time, else a 502.
         short_of = DeadlineExceeded if all(e is not None and e.status == 504 for _, a, e, _ in done if a is None) else BackendError
+        # A member refusing the request itself (`_the_requests`): the request is refused, as it
+        # is where no ensemble stands; a hedge that another member answered first answers.
+        the_request = next((e for _, a, e, _ in in_order if e is not None and _the_requests(e)), None)
         if node.aggregator == "first_success":
             won = next(((i, a) for i, a, _, _ in done if a is not None), None)  # in order of arrival
             if won is None:
-                raise short_of("no ensemble member answered", members=report)
+                raise the_request or short_of("no ensemble member answered", members=report)
             return replace(won[1], members=report), won[0]  # its alone: feedback on it rewards no other member's bandit
+        if the_request is not None:
+            raise the_request
         need = node.min_members or len(node.members)
         if len(answers) < need:
             raise short_of(f"{len(answers)} of {len(node.members)} ensemble members answered; {need} needed", members=report)
@@ -336,6 +341,16 @@ class PolicyRunner:
         first_answer = answers[0][1]
         exposed = frozenset().union(*(a.exposed for _, a in answers)).intersection(combined.outputs)  # a value may be one
         return Answer(first_answer.signature, combined, first_answer.version, members=report, exposed=exposed), None
+
+
+_REQUEST_PARTS = frozenset(("headers", "parameters", "routing_key"))
+
+
+def _the_requests(exc: SluiceError) -> bool:
+    """Whether an error blames a part of the request every member reads alike (a header, a
+    parameter, the routing key: a sticky split's key past its length, say): the request is
+    refused, as it is where no ensemble stands, not counted as one member failing."""
+    return exc.status < 500 and exc.field is not None and exc.field.partition(".")[0] in _REQUEST_PARTS
 
 
 def _member_report(name: str, answer: Answer | None, error: SluiceError | None, ms: float) -> dict[str, Any]:

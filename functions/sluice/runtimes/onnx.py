@@ -62,8 +62,9 @@ def build_session(
         raise InvalidInput(f"not a loadable ONNX model: {ort_words(exc)}", field="artifact") from None
 
 
-_ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
+_ORT_PREFIX = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : |status\.IsOK\(\) was false\.\s*")
 _ORT_SOURCE = re.compile(r"/onnxruntime_src/\S+:\d+ ")
+_ORT_SHORT_SOURCE = re.compile(r"(?<!\S)(?:\S*/)?\w+\.(?:cc|cpp|h):\d+ (?:[\w:~]+ )?")  # `tensorprotoutils.cc:1730 CopySparseData `
 MAX_ORT_WORDS = 300
 
 
@@ -79,7 +80,7 @@ def ort_words(exc: Exception) -> str:
         rest = text[source.end() :]
         cut = rest.find(") ")
         text = rest[cut + 2 :] if cut >= 0 else rest
-    text = " ".join(text.split())
+    text = " ".join(_ORT_SHORT_SOURCE.sub("", text).split())
     if not text:
         return type(exc).__name__
     return text if len(text) <= MAX_ORT_WORDS else f"{text[:MAX_ORT_WORDS]}…"

@@ -27,10 +27,9 @@ import socket
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from sluice.domain import Principal, check_name
-from sluice.domain.errors import Conflict, InvalidRequest, NotFound, StaleRead
+from sluice.domain.errors import BadRequest, Conflict, InvalidRequest, NotFound, StaleRead
 from sluice.domain.follows import (
     MAX_REASON,
     NOTES,
@@ -43,6 +42,7 @@ from sluice.domain.follows import (
     poll_error_kind,
     recorded,
 )
+from sluice.domain.origins import split_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -284,14 +284,9 @@ def _tracking(uri: str | None) -> str:
     if not uri:
         raise InvalidRequest("following MLflow needs its tracking URI (--tracking-uri, or MLFLOW_TRACKING_URI)", field="tracking_uri")
     try:
-        parts = urlsplit(uri)
-    except ValueError:  # `https://[::1`, a port that is no number, a host NFKC changes
-        # Python's own words quote the URL's netloc, credentials and all: never echoed.
-        raise InvalidRequest(
-            "the tracking URI cannot be read as a URL (an unclosed bracket, a port that is no number, or a host with "
-            "characters a host name cannot have)",
-            field="tracking_uri",
-        ) from None
+        parts = split_url(uri, field="tracking_uri")  # never Python's words: they quote the credentials
+    except BadRequest as exc:  # a binding's fields are refused as 422s
+        raise InvalidRequest(exc.message, field=exc.field) from None
     if parts.username or parts.password or parts.query:
         raise InvalidRequest(
             "a followed tracking URI is stored: give it without credentials, and give the poller MLflow's own "

@@ -82,7 +82,7 @@ def _key_field(body: dict[str, Any], fields: tuple[str, ...]) -> str:
     """The field a record's routing key is read from where it gives no `routing_key`: the one
     of its sticky splits' fields it gives. One key routes every split of the record (as
     `routing_key` does): two such fields with different values are refused, naming the second."""
-    given = [f for f in fields if body.get(f) is not None]
+    given = [f for f in fields if routing_key_text(body.get(f), f) is not None]  # "" is no key, as an empty header
     for other in given[1:]:
         if routing_key_text(body[other], other) != routing_key_text(body[given[0]], given[0]):
             raise BadRequest(
