@@ -227,3 +227,12 @@ def test_a_scalar_input_is_one_row_on_every_door_that_counts_rows(scalar: Contai
     computed += not r.json().get("cached", False)
     assert scalar.predictions.capture.drain()
     assert [rec["rows"] for rec in sink.records] == [1] * computed  # a computed answer is captured, one row
+
+
+def test_simple_json_inputs_with_no_row_say_so(client: TestClient, keys: dict[str, str]) -> None:
+    """`inputs: []` is no row at all: it read as one row of no values ("got [1, 0]", a shape
+    the caller never sent). A row of no values is that, said as such."""
+    empty = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": []}, headers=auth(keys["acme"]))
+    assert (empty.status_code, empty.json()["field"]) == (400, "inputs") and "[1, 0]" not in empty.text, empty.text
+    no_values = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": [[]]}, headers=auth(keys["acme"]))
+    assert no_values.status_code == 400 and "got [1, 0]" in no_values.text, no_values.text

@@ -100,6 +100,8 @@ def arrays_from_request(
             raise InvalidInput("this version takes several inputs; give 'inputs' as an object of name: rows", field="inputs")
         if not isinstance(inputs, list):
             raise InvalidInput("inputs must be a list of rows or an object of name: rows", field="inputs")
+        if not inputs:  # no row at all (it read as one row of no values: "got [1, 0]", a shape never sent)
+            raise InvalidInput("inputs must hold a row: one row, or a non-empty list of rows", field="inputs")
         array = _row_array(only, inputs, field="inputs", bools=bools)
         if array.ndim == len(only.shape) - 1:  # one row given without its batch axis
             array = array[np.newaxis, ...]
