@@ -27,7 +27,6 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.config import StreamConfig
-from infra.constructs.api_functions import Mirror
 from infra.constructs.capture import CaptureTarget
 from infra.constructs.functions import FunctionPlatform, SluiceFunction
 from infra.constructs.grants import FunctionSteps, grant_invoke_endpoints, grant_objects
@@ -104,7 +103,6 @@ class StreamPipeline(Construct):
         batch_bucket: s3.IBucket,
         endpoint_names: Sequence[str],
         function_steps: FunctionSteps,
-        mirror: Mirror,
         capture: CaptureTarget,
         precomputed: PrecomputedAnswers,
     ) -> None:
@@ -143,7 +141,10 @@ class StreamPipeline(Construct):
             timeout=Duration.seconds(stream.timeout_s),
             environment={
                 "SLUICE_STREAMS": json.dumps({"*": binding}),
-                **mirror.environment,
+                # Shadow mirrors run in this function, under its own tenant-bound grants: the
+                # shared shadow function trusts the tenant its job names, which a function
+                # IAM confines to one tenant must not be able to name.
+                "SLUICE_MIRROR": "local",
                 **capture.environment,
             },
             reserved_concurrency=stream.reserved_concurrency,
@@ -156,7 +157,7 @@ class StreamPipeline(Construct):
             "function dead-letter queue, which applies to asynchronous invocations only.",
         )
         # What scoring needs, for this tenant alone: its registry partitions (deployments,
-        # versions; statistics are written), model artifacts, endpoints, the shadow mirror, the
+        # versions; statistics are written), model artifacts, endpoints, the
         # capture stream.
         grant_registry(
             fn.role, table, actions=[*READ, *WRITE], partitions=tenant_partitions(stream.tenant)
@@ -167,11 +168,10 @@ class StreamPipeline(Construct):
             artifacts,
             prefix=f"{STORE_PREFIX}tenants/{stream.tenant}/",  # the store's keys: `storage.base.artifact_key`
             write=True,
-            purpose="the tenant's model artifacts and oversized shadow bodies",
+            purpose="the tenant's model artifacts",
         )
         grant_invoke_endpoints(fn, endpoint_names)
         function_steps.for_tenant(stream.tenant).grant_to(fn)
-        mirror.grant_to(fn.role)
         # Data capture of the deployment, where it is on: the API stack's delivery stream.
         capture.grant_to(fn.role)
         grant_destination(fn)

@@ -11,7 +11,6 @@ from typing import Any
 from constructs import Construct
 
 from infra.config import StreamConfig
-from infra.constructs.api_functions import Mirror
 from infra.constructs.capture import CaptureTarget
 from infra.constructs.precomputed import PrecomputedAnswers
 from infra.constructs.stream_pipeline import StreamPipeline, StreamWatch
@@ -29,8 +28,7 @@ class StreamsStack(FunctionStack):
         layers = [platform.core_layer(self), platform.triton_layer(self)]
         # Apache DataSketches where the runtime has it: stream scoring profiles its traffic.
         layers += [layer for layer in [platform.monitor_layer(self)] if layer is not None]
-        # The API stack's shadow function and delivery stream, by name.
-        mirror = Mirror.named(self, names.function("shadow"))
+        # The API stack's delivery stream, by name.
         capture = CaptureTarget.named(self, names.capture_stream)
         self.pipelines = [
             StreamPipeline(
@@ -47,7 +45,6 @@ class StreamsStack(FunctionStack):
                 batch_bucket=self.storage.batch,
                 endpoint_names=self.endpoint_names,
                 function_steps=self.function_steps,
-                mirror=mirror,
                 capture=capture,
                 precomputed=PrecomputedAnswers(self.storage.precomputed),
             )

@@ -53,7 +53,7 @@ def test_one_function_per_stream_bound_to_its_tenant_and_deployment(full_app: Sy
     assert bindings["*"].tenant == "acme" and bindings["*"].deployment == "fraud"
     assert bindings["*"].destination.kind == "s3"
     assert bindings["*"].destination.target == "s3://sluice-batch-123456789012-us-east-1/outbox/acme/streams/orders/"
-    assert variables["SLUICE_MIRROR"] == "lambda://sluice-shadow"
+    assert variables["SLUICE_MIRROR"] == "local"  # its mirrors run in it, under its tenant's grants
     assert orders["ReservedConcurrentExecutions"] == 10
 
 
@@ -118,6 +118,9 @@ def test_grants_are_confined_to_the_tenant_and_the_destination(full_app: Synthes
     ledger = [s for s in statements("ledger") if "sqs:SendMessage" in _list(s["Action"])]
     assert ledger[0]["Resource"] == "arn:aws:sqs:us-east-1:123456789012:ledger-scores"
     assert any("kinesis:PutRecords" in _list(s["Action"]) for s in statements("sensors"))
+    for name in functions:  # no invoke of the shared shadow function, which acts for the tenant its job names
+        invokes = [json.dumps(s["Resource"]) for s in statements(name) if "lambda:InvokeFunction" in _list(s["Action"])]
+        assert not any("sluice-shadow" in r for r in invokes), (name, invokes)
     for name in ("sensors", "refunds"):  # globex's: none of acme's objects, functions or stores
         granted = json.dumps(statements(name))
         artifacts = [json.dumps(s["Resource"]) for s in statements(name) if "s3:GetObject" in _list(s["Action"]) and "artifacts" in json.dumps(s["Resource"])]

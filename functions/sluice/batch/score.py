@@ -44,7 +44,6 @@ from sluice.codecs.plain import present_columns
 from sluice.domain import Principal
 from sluice.domain.errors import InvalidInput, SluiceError
 from sluice.domain.jobs import ChunkResult
-from sluice.domain.policy import walk
 from sluice.inference.bulk import Records, Result, score_many
 from sluice.inference.loop import run
 
@@ -126,7 +125,7 @@ class ChunkScorer:
         run_rows = self._rows_per_call(resolved, feeds)
         # A row of a scalar input (rank 0) is its value alone: the bulk call scores it alone.
         scalars = frozenset(spec.name for spec in signature.inputs if not spec.shape)
-        with_variant = any(node.kind == "split" for node in walk(resolved.node))
+        with_variant = any(node.kind == "split" for node in run(self.predictions.walk_through(principal.tenant, resolved.node)))  # a referenced one's too
         versions: Counter[str] = Counter()
         pool = self._pool(threads)
         with tempfile.TemporaryDirectory(prefix="sluice-chunk-") as work:
@@ -196,7 +195,7 @@ class ChunkScorer:
         tenant = resolved.deployment.tenant
         runtimes = {resolved.version.runtime} | {
             run(self.predictions.version_of(tenant, node.model, node.version)).runtime
-            for node in walk(resolved.node)
+            for node in run(self.predictions.walk_through(tenant, resolved.node))  # through its references too
             if node.kind == "single"
         }
         if "sagemaker" not in runtimes:

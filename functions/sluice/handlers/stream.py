@@ -87,6 +87,7 @@ def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
         outcomes = _score(c, bindings, sources.pop(), records)
     else:
         outcomes = _score_sources(c, bindings, records)
+    _settle_mirrors(c, context)
     c.stream_predictions.flush_stats_if_due()
     retry = {_ident(kind, records[i].ident): o.retry for i, o in enumerate(outcomes) if o.retry is not None}
     _count(outcomes, len(retry))
@@ -102,6 +103,27 @@ def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     processor = SqsFifoPartialProcessor(skip_group_on_error=True) if fifo else BatchProcessor(EVENT_TYPES[kind])
     processor.raise_on_entire_batch_failure = False  # every failure is an item failure, retried one by one
     return dict(process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context))
+
+
+MIRROR_MARGIN_S = 2.0  # of the invocation's time, left for counting and answering after the mirrors
+
+
+def _settle_mirrors(c: Any, context: Any) -> None:
+    """The shadow mirrors this invocation handed work to, ended before it returns: a stream's
+    function runs them itself (`SLUICE_MIRROR=local`: the shared shadow function trusts the
+    tenant its job names, which a function IAM binds to one tenant may not name), and Lambda
+    freezes the process once the handler returns. Waited for within the invocation's time
+    left (less a margin), at most a request's budget; one still running then is left to end
+    in a later invocation of this environment, if there is one."""
+    from sluice.inference.mirror import LocalMirror
+
+    if not isinstance(c.mirror, LocalMirror):
+        return
+    left = c.settings.predictions.request_timeout_s
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining is not None:
+        left = min(left, remaining() / 1000 - MIRROR_MARGIN_S)
+    c.mirror.drain(max(left, 0.0))
 
 
 def _ident(kind: str, record: Any) -> Any:

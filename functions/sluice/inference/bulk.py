@@ -46,7 +46,6 @@ from sluice.domain.errors import (
     SluiceError,
     Unprocessable,
 )
-from sluice.domain.policy import walk
 from sluice.domain.requests import ArrayInputs, PredictionRequest
 from sluice.domain.results import answering_in_place, as_rows, rows_of
 from sluice.inference.bulk_routes import groups
@@ -190,7 +189,7 @@ async def check_answers_in_place(predictions: PredictionService, tenant: str, no
     later through the results API): scoring in place would queue a SageMaker job per call that
     nothing reads, then fail each row with "queued". A shadow's mirrors do not answer here."""
 
-    for single in (n for n in walk(node, mirrors=False) if n.kind == "single"):
+    for single in (n for n in await predictions.walk_through(tenant, node, mirrors=False) if n.kind == "single"):
         version = await predictions.version_of(tenant, single.model, single.version)  # type: ignore[attr-defined]
         if version.runtime == "sagemaker" and version.config.get("invocation") == "async":
             raise Unprocessable(

@@ -5,42 +5,26 @@ split further down or a switch reads it)."""
 
 from __future__ import annotations
 
-import contextlib
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.domain.errors import SluiceError
 from sluice.domain.graphs import reads_routing_key
 from sluice.domain.policy import walk
-from sluice.registry.guards import MAX_REFS_READ
 from sluice.routing.choose import sticky_pick
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from sluice.domain.policy import Node, Split
     from sluice.inference.bulk import Records
     from sluice.inference.selections import Selection
 
 
-async def sticky_fields(node: Node, referenced: Callable[[str], Awaitable[Node]]) -> tuple[str, ...]:
-    """The record fields the policy's sticky splits read their routing keys from (the headers
-    they name), wherever they stand in it, through the deployments it references (`referenced`
-    reads one's policy; one that cannot be read adds none: a record reaching it fails there, as
-    a request would): a reader takes them from each record beside `routing_key`."""
-    found: dict[str, None] = {}
-    todo, seen = [node], set()
-    while todo:
-        for n in walk(todo.pop()):
-            if n.kind == "split" and n.routing_key:  # type: ignore[union-attr]
-                found[n.routing_key] = None  # type: ignore[union-attr]
-            elif n.kind == "ref" and n.deployment not in seen and len(seen) < MAX_REFS_READ:  # type: ignore[union-attr]
-                seen.add(n.deployment)  # type: ignore[union-attr]
-                with contextlib.suppress(SluiceError):
-                    todo.append(await referenced(n.deployment))  # type: ignore[union-attr]
-    return tuple(found)
+def sticky_fields(nodes: list[Node]) -> tuple[str, ...]:
+    """The record fields the sticky splits among `nodes` (a policy's, through the deployments it
+    references: `references.walk_through`) read their routing keys from, the headers they name:
+    a reader takes them from each record beside `routing_key`."""
+    return tuple(dict.fromkeys(n.routing_key for n in nodes if n.kind == "split" and n.routing_key))  # type: ignore[union-attr]
 
 
 def _sticky_split(node: Node) -> Split | bool | None:

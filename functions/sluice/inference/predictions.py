@@ -41,7 +41,7 @@ from sluice.inference.graphs import answer_signature, input_signature
 from sluice.inference.inputs import decode_inputs
 from sluice.inference.outcomes import Outcomes
 from sluice.inference.parsed import ParsedPolicies
-from sluice.inference.references import deleted_at, pin, pin_refs, referenced, unpin
+from sluice.inference.references import deleted_at, pin, pin_refs, referenced, unpin, walk_through
 from sluice.inference.reports import Reports
 from sluice.inference.revisions import Revisions
 from sluice.inline import timeout
@@ -377,6 +377,10 @@ class PredictionService:
     async def referenced(self, tenant: str, name: str) -> tuple[Deployment, Node]:
         """The deployment a `ref` names, as the call follows it (`sluice.inference.references`)."""
         return await referenced(self.deployment_of, self.revisions, tenant, name)
+
+    async def walk_through(self, tenant: str, node: Node, *, mirrors: bool = True) -> list[Node]:
+        """Every node of `node` and of what it references (`sluice.inference.references.walk_through`)."""
+        return await walk_through(self.referenced, tenant, node, mirrors=mirrors)
 
     async def pin_refs(self, tenant: str, node: Node) -> dict[str, int]:
         """What a batch job pins with its own revision (`sluice.inference.references.pin_refs`)."""

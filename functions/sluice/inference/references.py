@@ -9,8 +9,8 @@ from __future__ import annotations
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING
 
-from sluice.domain.errors import NotFound, UnknownDeployment
-from sluice.domain.policy import referenced_deployments
+from sluice.domain.errors import NotFound, SluiceError, UnknownDeployment
+from sluice.domain.policy import Ref, referenced_deployments, walk
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -74,3 +74,23 @@ async def pin_refs(follow: Reader, tenant: str, node: Node) -> dict[str, int]:
             pins[name] = dep.revision
             todo.append(policy)
     return pins
+
+
+async def walk_through(follow: Reader, tenant: str, node: Node, *, mirrors: bool = True) -> list[Node]:
+    """Every node of the policy (`walk`) and of the policies of the deployments it references,
+    in turn, each read once as `follow` finds it (as it stands, or as pinned); one that cannot
+    be read is left out (a row reaching it fails there, as a request would). What a rule about
+    every node a call may reach reads: a stream's key fields, a job's answers in place and its
+    rows per call."""
+    nodes: list[Node] = []
+    todo, seen = [node], set()
+    while todo:
+        for n in walk(todo.pop(), mirrors=mirrors):
+            nodes.append(n)
+            if isinstance(n, Ref) and n.deployment not in seen:
+                seen.add(n.deployment)
+                try:
+                    todo.append((await follow(tenant, n.deployment))[1])
+                except SluiceError:
+                    continue
+    return nodes

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from sluice.domain.policy import Node
     from sluice.domain.results import Resolved
     from sluice.inference.bulk import Outcomes
     from sluice.inference.predictions import PredictionService
@@ -75,14 +74,11 @@ class StreamScorer(RecordReader):
             for outcome in outcomes:
                 outcome.retry = f"{exc.code}: {exc.message}"
             return outcomes
-        fields = await sticky_fields(resolved.node, self._referenced)
+        fields = sticky_fields(await self.predictions.walk_through(self.principal.tenant, resolved.node))
         layouts = self._read(records, outcomes, resolved.version.signature, fields)
         for layout in layouts:
             await self._score(resolved, layout, records, outcomes)
         return outcomes
-
-    async def _referenced(self, name: str) -> Node:
-        return (await self.predictions.referenced(self.principal.tenant, name))[1]
 
     # Scoring and writing ----------------------------------------------------------------
     async def _score(self, resolved: Resolved, layout: Layout, records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:

@@ -408,4 +408,10 @@ def test_a_batch_job_or_a_stream_over_an_asynchronous_endpoint_is_refused_before
     record = StreamRecord(json.dumps({"features": [0.5] * 8}), "arn:aws:sqs:us-east-1:123456789012:rows", "m-1", {"message_id": "m-1"})
     [outcome] = asyncio.run(StreamScorer(world.container.predictions, "acme", "ranker").score([record]))
     assert outcome.retry is not None and "asynchronous endpoint" in outcome.retry
+    # Reached through a reference: the same (it was scored, each row failing "queued").
+    world.container.deployments.create(ACME, "front", {"kind": "ref", "deployment": "ranker"})
+    job = run_job(world.container, ACME, source, deployment="front")
+    assert job.status == "FAILED" and "asynchronous endpoint" in (job.error or "") and job.rows_failed == 0, job
+    [outcome] = asyncio.run(StreamScorer(world.container.predictions, "acme", "front").score([record]))
+    assert outcome.retry is not None and "asynchronous endpoint" in outcome.retry
     assert queued == []
