@@ -158,6 +158,9 @@ def endpoint_arns(scope: Construct, endpoint_names: Iterable[str]) -> list[str]:
     ]
 
 
+ENDPOINT_TENANT_TAG = "sluice:tenant"  # what the API tags the endpoints it deploys with (`sluice.endpoints`)
+
+
 def _invocable_endpoints(owner: Construct, endpoint_names: Iterable[str]) -> tuple[str, list[str]]:
     """(the ARN pattern of the endpoints the API deploys at run time, `sluice-*`; the ARNs of
     the config file's endpoints, `<name>-<endpoint>`, not already among them)."""
@@ -166,13 +169,30 @@ def _invocable_endpoints(owner: Construct, endpoint_names: Iterable[str]) -> tup
     return runtime, endpoint_arns(owner, others)
 
 
-def grant_invoke_endpoints(owner: SluiceFunction, endpoint_names: Iterable[str]) -> None:
+def grant_invoke_endpoints(owner: SluiceFunction, endpoint_names: Iterable[str], *, tenant: str | None = None) -> None:
     """InvokeEndpoint on the endpoints the API deploys at run time (`sluice-*`) and on the
-    config file's endpoints (`<name>-<endpoint>`, already among them when `name` is `sluice`)."""
+    config file's endpoints (`<name>-<endpoint>`, already among them when `name` is `sluice`).
+    `tenant`: a function bound to one tenant (a stream's) may invoke only that tenant's
+    run-time endpoints, those tagged `sluice:tenant` with its name (a name prefix cannot tell
+    `acme` from `acme-x`), beside the config file's, which the operator made for every tenant."""
     runtime, configured = _invocable_endpoints(owner, endpoint_names)
-    owner.role.add_to_principal_policy(
-        iam.PolicyStatement(actions=["sagemaker:InvokeEndpoint"], resources=[runtime, *configured])
-    )
+    if tenant is None:
+        owner.role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["sagemaker:InvokeEndpoint"], resources=[runtime, *configured])
+        )
+    else:
+        owner.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="InvokeTenantEndpoints",
+                actions=["sagemaker:InvokeEndpoint"],
+                resources=[runtime],
+                conditions={"StringEquals": {f"aws:ResourceTag/{ENDPOINT_TENANT_TAG}": tenant}},
+            )
+        )
+        if configured:
+            owner.role.add_to_principal_policy(
+                iam.PolicyStatement(sid="InvokeConfiguredEndpoints", actions=["sagemaker:InvokeEndpoint"], resources=configured)
+            )
     acknowledge(
         owner,
         wildcard_resource(owner, runtime),

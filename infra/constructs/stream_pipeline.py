@@ -170,7 +170,7 @@ class StreamPipeline(Construct):
             write=True,
             purpose="the tenant's model artifacts",
         )
-        grant_invoke_endpoints(fn, endpoint_names)
+        grant_invoke_endpoints(fn, endpoint_names, tenant=stream.tenant)
         function_steps.for_tenant(stream.tenant).grant_to(fn)
         # Data capture of the deployment, where it is on: the API stack's delivery stream.
         capture.grant_to(fn.role)

@@ -118,6 +118,16 @@ def test_grants_are_confined_to_the_tenant_and_the_destination(full_app: Synthes
     ledger = [s for s in statements("ledger") if "sqs:SendMessage" in _list(s["Action"])]
     assert ledger[0]["Resource"] == "arn:aws:sqs:us-east-1:123456789012:ledger-scores"
     assert any("kinesis:PutRecords" in _list(s["Action"]) for s in statements("sensors"))
+    for name in functions:  # run-time endpoints: its tenant's alone, by the tag the API puts on those it deploys
+        from infra.constructs.grants import ENDPOINT_TENANT_TAG
+
+        from sluice.endpoints.sagemaker_support import Tag
+
+        assert ENDPOINT_TENANT_TAG == Tag.TENANT
+        tenant = "globex" if name in ("sensors", "refunds") else "acme"
+        invoke = [s for s in statements(name) if "sagemaker:InvokeEndpoint" in _list(s["Action"])]
+        runtime = [s for s in invoke if "endpoint/sluice-*" in json.dumps(s["Resource"])]
+        assert runtime and all(s["Condition"] == {"StringEquals": {"aws:ResourceTag/sluice:tenant": tenant}} for s in runtime), (name, runtime)
     for name in functions:  # no invoke of the shared shadow function, which acts for the tenant its job names
         invokes = [json.dumps(s["Resource"]) for s in statements(name) if "lambda:InvokeFunction" in _list(s["Action"])]
         assert not any("sluice-shadow" in r for r in invokes), (name, invokes)
