@@ -4,6 +4,10 @@
 - iris_forest.onnx a random forest on the same data: the "new version" of the README tour
 - diabetes_mlp.onnx a small multi-layer perceptron regressor on the diabetes data set
 - mlp_large.onnx   (with --large) a float MLP of about 10 MB for benchmarks, no training
+- embed.onnx, score.onnx, fraud.onnx (with --graphs) the small linear models the example
+  policies name (`examples/policies/sequence.json`, `transform.json`, `examples/features/fraud.json`):
+  embed takes `input` [-1, 4] and gives `embedding` [-1, 2]; score takes `embedding` [-1, 2],
+  fraud `features` [-1, 3], and both give `score` [-1, 1]
 """
 
 from __future__ import annotations
@@ -114,11 +118,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "models")
     parser.add_argument("--large", action="store_true", help="also write mlp_large.onnx (~10 MB)")
+    parser.add_argument("--graphs", action="store_true", help="also write embed.onnx, score.onnx and fraud.onnx (the example policies' models)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     files = {"iris.onnx": iris(), "iris_forest.onnx": iris(forest=True), "diabetes_mlp.onnx": diabetes_mlp()}
     if args.large:
         files["mlp_large.onnx"] = large_mlp()
+    if args.graphs:
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: its tests' model makers
+        from tests.models import embed_model, score_model
+
+        files |= {"embed.onnx": embed_model(), "score.onnx": score_model(), "fraud.onnx": score_model("features", 3)}
     for name, data in files.items():
         (args.out / name).write_bytes(data)
         print(f"wrote {args.out / name} ({len(data)} bytes)")

@@ -184,12 +184,7 @@ class StreamPipeline(Construct):
                 "to the dead-letter queue through the source queue's redrive policy.",
             )
         if stream.source.kind == "msk":
-            acknowledge(
-                fn.role,
-                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaMSKExecutionRole]",
-                "CDK attaches the MSK execution policy for the mapping: Lambda polls the cluster "
-                "from its VPC (network interfaces) and reads its brokers; AWS keeps the list current.",
-            )
+            _msk_grants(fn, stream.source.arn or "")
         self.watch = StreamWatch(
             name=stream.name,
             function_name=function_name,
@@ -302,3 +297,45 @@ class StreamPipeline(Construct):
             bootstrap_servers=list(src.bootstrap_servers), topic=src.topic or "", secret=secret,
             authentication_method=sources.AuthenticationMethod.SASL_SCRAM_512_AUTH, **common,
         )  # fmt: skip
+
+
+def _msk_grants(fn: SluiceFunction, cluster_arn: str) -> None:
+    """What Lambda's MSK poller needs, in place of the managed policy CDK attaches for the
+    mapping (AWSLambdaMSKExecutionRole), whose `logs:*` on every log group of the account would
+    let a function bound to one tenant write into any of them (it has its own log group's
+    grant): the cluster's brokers read on its ARN alone, and the network interfaces the poller
+    makes in the cluster's VPC (EC2 names no resource for most of these)."""
+    role = fn.function.role
+    assert role is not None
+    cfn_role = role.node.default_child
+    assert isinstance(cfn_role, iam.CfnRole)
+    cfn_role.add_property_deletion_override("ManagedPolicyArns")
+    acknowledge(
+        role,
+        "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaMSKExecutionRole]",
+        "CDK attaches the MSK execution policy for the mapping; the synthesised role does not carry it "
+        "(deleted by an override): the statements below grant what the poller needs, scoped.",
+    )
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="MskCluster",
+            actions=["kafka:DescribeCluster", "kafka:DescribeClusterV2", "kafka:GetBootstrapBrokers"],
+            resources=[cluster_arn],
+        )
+    )
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="MskNetwork",
+            actions=[
+                "ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface", "ec2:DescribeNetworkInterfaces",
+                "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets", "ec2:DescribeVpcs",
+            ],
+            resources=["*"],
+        )
+    )  # fmt: skip
+    acknowledge(
+        role,
+        "AwsSolutions-IAM5[Resource::*]",
+        "Lambda's MSK poller makes and reads network interfaces in the cluster's VPC: EC2 "
+        "takes no resource for the Describe calls, and the interfaces it makes have no ARN before.",
+    )

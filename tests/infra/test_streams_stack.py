@@ -128,6 +128,15 @@ def test_grants_are_confined_to_the_tenant_and_the_destination(full_app: Synthes
         invoke = [s for s in statements(name) if "sagemaker:InvokeEndpoint" in _list(s["Action"])]
         runtime = [s for s in invoke if "endpoint/sluice-*" in json.dumps(s["Resource"])]
         assert runtime and all(s["Condition"] == {"StringEquals": {"aws:ResourceTag/sluice:tenant": tenant}} for s in runtime), (name, runtime)
+    # MSK's poller: the cluster's brokers and its network interfaces, not the managed policy's
+    # `logs:*` on every log group of the account.
+    clicks_role = template.to_json()["Resources"][role_of(functions["clicks"][1])]["Properties"]
+    assert "ManagedPolicyArns" not in clicks_role
+    for statement in statements("clicks"):
+        if any(str(a).startswith("logs:") for a in _list(statement["Action"])):
+            assert "*" not in _list(statement["Resource"]), statement
+    kafka = [s for s in statements("clicks") if "kafka:GetBootstrapBrokers" in _list(s["Action"])]
+    assert kafka and all(":cluster/" in json.dumps(s["Resource"]) for s in kafka), kafka
     for name in functions:  # no invoke of the shared shadow function, which acts for the tenant its job names
         invokes = [json.dumps(s["Resource"]) for s in statements(name) if "lambda:InvokeFunction" in _list(s["Action"])]
         assert not any("sluice-shadow" in r for r in invokes), (name, invokes)
