@@ -143,6 +143,10 @@ def test_push_a_version_served_by_a_sagemaker_endpoint(capsys: pytest.CaptureFix
     assert code == 0, err
     shown = json.loads(run_cli(capsys, "models", "show", "iris", "--version", "1")[1])
     assert shown["runtime"] == "sagemaker"
+    # MODEL[:VERSION] as the other commands take it (it looked for a model named 'iris:1').
+    assert json.loads(run_cli(capsys, "models", "show", "iris:1")[1]) == shown == json.loads(run_cli(capsys, "models", "show", "iris:latest")[1])
+    code, _, err = run_cli(capsys, "models", "show", "iris:1", "--version", "2")
+    assert code == 2 and "[version]" in err, err
     code, _, err = run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"), "--runtime", "sagemaker", "--config", '{"bogus": 1}')
     assert code == 2 and "[config]" in err
     code, _, err = run_cli(capsys, "models", "register-triton", "m", "--url", "http://127.0.0.1:1")

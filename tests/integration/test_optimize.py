@@ -194,6 +194,13 @@ def test_cli_registers_with_lineage_shadows_and_records_tuning(tmp_path: Path, m
         policy = json.loads(capsys.readouterr().out)["policy"]
         assert policy["kind"] == "shadow" and policy["primary"]["version"] == 1
         assert policy["mirrors"][0]["target"] == {"kind": "single", "model": "diabetes", "version": 2}
+        # No candidate keeps the budget (a regressor measured by agreement alone): the report is
+        # printed whole and says the deployment is unchanged (it said only that nothing was registered).
+        code = cli.main(["optimize", "diabetes:1", "--data", str(data), "--seconds", "0.02", "--candidates", "int8-dynamic",
+                         "--no-tune", "--register", "recommended", "--shadow", "diabetes"])  # fmt: skip
+        out, err = capsys.readouterr()
+        assert code == 0 and "CANDIDATE" in out and "recommended: original" in out, (out, err)
+        assert "deployment diabetes unchanged: no candidate was registered to mirror (recommended: original)" in out
         # Bad input: a message and a non-zero exit.
         assert cli.main(["optimize", "diabetes:1", "--data", str(tmp_path / "none.csv")]) == 2
         # --shadow without --register is refused at once, before any candidate is built and measured.

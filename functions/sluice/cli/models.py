@@ -94,6 +94,14 @@ def cmd_models_show(args: argparse.Namespace) -> int:
 
     service = pieces.models()
     principal = operator(args)
+    if ":" in args.name:  # MODEL:VERSION, as the other commands take it
+        from sluice.domain.errors import BadRequest
+        from sluice.domain.values import parse_model_ref
+
+        args.name, version = parse_model_ref(args.name, field="name")
+        if args.version and args.version != str(version):
+            raise BadRequest(f"MODEL:{version} and --version {args.version} name two versions: give one", field="version")
+        args.version = str(version)
     if args.version:
         print_json(version_out(service.get_version(principal, args.name, args.version)))
     else:
@@ -142,6 +150,6 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     triton.set_defaults(func=cmd_models_register_triton)
     models.add_parser("list", help="list models").set_defaults(func=cmd_models_list)
     show = models.add_parser("show", help="show a model's versions, or one version")
-    show.add_argument("name")
+    show.add_argument("name", metavar="MODEL[:VERSION]")
     show.add_argument("--version", help="a number or 'latest'")
     show.set_defaults(func=cmd_models_show)

@@ -89,7 +89,10 @@ def _print(report: dict[str, Any]) -> None:
         print(f"registered {done['candidate']} as {done['model']} version {done['version']} (derived from {report['model']}:{report['version']})")
     if "shadow" in report:
         shadow = report["shadow"]
-        print(f"deployment {shadow['deployment']} revision {shadow['revision']}: mirror '{shadow['mirror']}' -> version {shadow['version']}")
+        if shadow["mirror"] is None:
+            print(f"deployment {shadow['deployment']} unchanged: {shadow['why']}")
+        else:
+            print(f"deployment {shadow['deployment']} revision {shadow['revision']}: mirror '{shadow['mirror']}' -> version {shadow['version']}")
 
 
 def add_optimize_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -107,7 +107,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         background.start(LocalScheduler(pieces.schedules(), interval_s=settings.serve.batch_schedule_poll_s))
         print(f"Batch schedules: due runs start here (looked for every {settings.serve.batch_schedule_poll_s:g}s)", flush=True)
     workers = args.workers or max(1, os.cpu_count() or 1)
-    print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)
     grpc_port = args.grpc_port if args.grpc_port is not None else settings.serve.grpc_port
     grpc_hold = _claim_grpc(args.host, grpc_port, args.port)  # every worker serves it (sluice.cli.grpc_workers)
     try:
@@ -339,6 +338,7 @@ def _run_http(args: argparse.Namespace, settings: Settings, workers: int, stoppi
     app = "sluice.cli.serve:served_app" if workers > 1 else "sluice.cli.serve:served_alone"
     config = uvicorn.Config(app, **options)
     sock = config.bind_socket()  # a port in use: uvicorn says so and exits
+    print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)  # once it is ours
     if workers > 1:
         Supervisor(config, [sock], stopping).run()
         return

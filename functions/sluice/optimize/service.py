@@ -207,8 +207,8 @@ class OptimizeService:
         return registered
 
     def _shadow(self, principal: Principal, deployment: str, registered: list[dict[str, Any]], verdict: dict[str, Any]) -> dict[str, Any]:
-        if not registered:
-            raise Unprocessable("no candidate was registered to mirror", field="shadow")
+        if not registered:  # the recommendation is the original (no candidate kept the budget): said, the report kept
+            return {"deployment": deployment, "mirror": None, "why": f"no candidate was registered to mirror (recommended: {verdict['candidate']})"}
         within = [r for r in registered if r["within_budget"]]
         best = next((r for r in registered if r["candidate"] == verdict["candidate"]), None) or min(
             within or registered, key=lambda r: r["p50_ms_b64"]
