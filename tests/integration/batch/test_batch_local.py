@@ -215,6 +215,12 @@ def test_a_split_deployment_names_the_variant_of_every_row(batch: Container, acm
     assert variants <= {"a", "b"} and variants
     manifest = json.loads((local_path(job.output_uri) / "_manifest.json").read_text())
     assert sum(manifest["versions"].values()) == 4000 and set(manifest["versions"]) <= {"iris:1", "iris:2"}
+    # Through a reference to it: the same column (it had none: the split stood in another policy).
+    batch.deployments.create(acme, "front", {"kind": "ref", "deployment": "iris-ab"})
+    job = run_job(batch, acme, write_input(tmp_path / "in2.parquet", iris_rows(400)), deployment="front")
+    assert job.status == "SUCCEEDED", job.error
+    variants = set(read_parts(job).column("variant").to_pylist())
+    assert variants <= {"a", "b"} and variants
 
 
 @pytest.mark.parametrize(
