@@ -49,9 +49,10 @@ def _labelled(
 def test_a_classifier_exported_without_zipmap_is_never_scored_against_the_wrong_class(
     client: TestClient, keys: dict[str, str], demo: Container, acme: Principal, classes: tuple[Any, Any], one_by_one: bool
 ) -> None:
-    """Its probabilities have no class names. Taking the columns for "0" and "1" gave the model
-    of classes 1 and 2 an AUC of 1 - AUC and the first class's precision, and the one of "no"
-    and "yes" none at all; a request of one row predicting 0 could not tell 0 and 1 from 0 and 2."""
+    """Its probabilities come with no ZipMap naming their columns. Taking the columns for "0" and
+    "1" gave the model of classes 1 and 2 an AUC of 1 - AUC and the first class's precision, and
+    the one of "no" and "yes" none at all; a request of one row predicting 0 could not tell 0 and
+    1 from 0 and 2. The columns are the graph's classifier's labels (its `classlabels_*`)."""
     from skl2onnx import to_onnx
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import precision_score, recall_score, roc_auc_score
@@ -68,10 +69,9 @@ def test_a_classifier_exported_without_zipmap_is_never_scored_against_the_wrong_
     # The later class, as scikit-learn's positive class by default
     assert quality["precision"] == pytest.approx(precision_score(truth[400:], said, pos_label=classes[1]))
     assert quality["recall"] == pytest.approx(recall_score(truth[400:], said, pos_label=classes[1]))
-    if classes == (0, 1) and not one_by_one:  # the rows show each column's index: the scores are the second class's
-        assert quality["auc"] == pytest.approx(roc_auc_score(truth[400:] == 1, model.predict_proba(test)[:, 1]), abs=0.01)
-    else:
-        assert quality["auc"] is None  # none, rather than a wrong one
+    # Its probabilities' columns are named by the graph's classifier's labels (no ZipMap to name
+    # them): the scores are the later class's, whatever the labels are and however the rows came.
+    assert quality["auc"] == pytest.approx(roc_auc_score(truth[400:] == classes[1], model.predict_proba(test)[:, 1]), abs=0.01)
 
 
 TWO = Signature(
@@ -196,3 +196,24 @@ def test_a_profile_written_with_32_bit_floats_still_reads_and_merges_with_one_of
     usual = Column("number", "input")
     usual.add(np.random.default_rng(0).normal(size=1000))
     assert "numbers" not in usual.to_dict()
+
+
+@pytest.mark.parametrize("labels", [("ant", "bee", "cat"), (-5, 7, 9)])
+def test_a_classifier_without_zipmap_answers_its_probabilities_by_its_labels(client: TestClient, keys: dict[str, str], demo: Container, acme: Principal, labels: tuple[Any, ...]) -> None:
+    """The prediction said "cat" while the probabilities were keyed "0", "1", "2" (their columns'
+    numbers) and v2's classification said "0.95:2": the labels are the graph classifier's."""
+    from skl2onnx import to_onnx
+    from sklearn.linear_model import LogisticRegression
+
+    x = np.random.default_rng(0).normal(size=(90, 3)).astype(np.float32)
+    y = np.asarray(labels, dtype=object)[(x[:, 0] > 0).astype(int) + (x[:, 1] > 0)]
+    model = LogisticRegression().fit(x, y.astype(type(labels[0])))
+    demo.models.push(acme, "tri", to_onnx(model, x[:1], options={id(model): {"zipmap": False}}, target_opset=17).SerializeToString())
+    client.post("/api/v1/deployments", json={"name": "tri", "model": "tri"}, headers=auth(keys["acme"])).raise_for_status()
+    row = [1.0, 2.0, 3.0]
+    expected = dict(zip(map(str, model.classes_.tolist()), model.predict_proba(np.asarray([row], np.float32))[0].tolist(), strict=True))
+    plain = client.post("/api/v1/predictions", json={"deployment": "tri", "inputs": [row]}, headers=auth(keys["acme"])).json()
+    assert plain["probabilities"] == pytest.approx(expected, abs=1e-5) and str(plain["prediction"]) == max(expected, key=expected.get)
+    v2 = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [1, 3], "data": row}], "outputs": [{"name": "probabilities", "parameters": {"classification": 1}}]}
+    [top] = client.post("/v2/models/tri/infer", json=v2, headers=auth(keys["acme"])).json()["outputs"][0]["data"]
+    assert top.split(":")[2] == max(expected, key=expected.get), top

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluice.codecs.datatypes import ONNX_TO_V2
-from sluice.codecs.protobuf_fields import LENGTH_DELIMITED, fields
+from sluice.codecs.protobuf_fields import LENGTH_DELIMITED, fields, varint
 from sluice.domain.errors import InvalidInput, Unprocessable
 from sluice.domain.signature import (
     DYNAMIC,
@@ -152,3 +152,52 @@ def _messages(data: bytes, start: int, end: int, number: int) -> Iterator[tuple[
     for field, wire, _, value, at in fields(data, start, end):
         if field == number and wire == LENGTH_DELIMITED:
             yield value, at
+
+
+# GraphProto.node; NodeProto.op_type, .attribute, .domain; AttributeProto.name, .ints, .strings
+_NODE, _OP_TYPE, _ATTRIBUTE, _DOMAIN = 1, 4, 5, 7
+_ATTR_NAME, _ATTR_INTS, _ATTR_STRINGS = 1, 8, 9
+CLASSIFIERS = frozenset({"LinearClassifier", "TreeEnsembleClassifier", "SVMClassifier"})
+
+
+def classifier_labels(data: bytes) -> list[int | str] | None:
+    """The class labels of the graph's one `ai.onnx.ml` classifier node (its
+    `classlabels_strings`, `classlabels_int64s` or `classlabels_ints`), read from the serialized model: what names
+    the columns of its probabilities where no ZipMap does (a scikit-learn classifier exported
+    with `zipmap=False`: ONNX Runtime answers a bare [rows, classes] tensor). None where the
+    graph has no such node, or several (which of them a probabilities output is, is not said)."""
+    found: list[list[int | str]] = []
+    try:
+        for graph in _messages(data, 0, len(data), _GRAPH):
+            for node in _messages(data, *graph, _NODE):
+                if _text(data, node, _DOMAIN) != "ai.onnx.ml" or _text(data, node, _OP_TYPE) not in CLASSIFIERS:
+                    continue
+                labels: list[int | str] = []
+                for attribute in _messages(data, *node, _ATTRIBUTE):
+                    name = _text(data, attribute, _ATTR_NAME)
+                    if name == "classlabels_strings":
+                        labels = [bytes(data[a:b]).decode() for a, b in _messages(data, *attribute, _ATTR_STRINGS)]
+                    elif name in ("classlabels_int64s", "classlabels_ints"):  # TreeEnsembleClassifier, Linear and SVM
+                        labels = list(_int64s(data, attribute))
+                found.append(labels)
+    except (IndexError, ValueError, UnicodeDecodeError):
+        return None
+    return found[0] if len(found) == 1 and found[0] else None
+
+
+def _text(data: bytes, span: tuple[int, int], number: int) -> str | None:
+    return next((bytes(data[a:b]).decode() for a, b in _messages(data, *span, number)), None)
+
+
+def _int64s(data: bytes, span: tuple[int, int]) -> Iterator[int]:
+    """AttributeProto.ints, packed or not, as the signed 64-bit integers they are."""
+    for number, wire, _, value, at in fields(data, *span):
+        if number != _ATTR_INTS:
+            continue
+        if wire == LENGTH_DELIMITED:  # packed
+            while value < at:
+                unsigned, value = varint(data, value)
+                yield unsigned - (1 << 64) if unsigned >= 1 << 63 else unsigned
+        elif wire == 0:
+            unsigned = varint(data, value)[0]
+            yield unsigned - (1 << 64) if unsigned >= 1 << 63 else unsigned
