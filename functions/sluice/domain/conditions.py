@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from sluice.domain.parts import Part, ReadsRequest
+from sluice.domain.parts import HEADER_NAME, Part, ReadsRequest
 
 TAGS = ("comparison", "all-of", "any-of")  # the union's tags: not fields, left out of error locations
 MAX_CONDITION_DEPTH = 4
@@ -40,7 +40,7 @@ MAX_IN_VALUES = 256
 ORDERING = ("<", "<=", ">", ">=")
 Op = Literal["==", "!=", "in", "<", "<=", ">", ">=", "exists"]
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]  # noqa: UP007  (bool first: true is not 1)
-FIELD_PATTERN = r"^(routing_key|headers\.[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}|parameters\.[A-Za-z0-9_.-]{1,64}|inputs\.[^\s]{1,128})$"
+FIELD_PATTERN = rf"^(routing_key|headers\.{HEADER_NAME}|parameters\.[A-Za-z0-9_.-]{{1,64}}|inputs\.[^\s]{{1,128}})$"
 # Parameters sluice reads itself, never a switch's: the routing key has its own field.
 RESERVED_PARAMETERS = {
     "routing_key": "read the routing key as the field 'routing_key'",

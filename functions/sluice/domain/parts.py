@@ -7,6 +7,11 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
+# A header's name as HTTP writes one (RFC 9110's token), of at most 64 characters: what a policy
+# may read from a request's headers (a switch's `headers.<name>`, a precomputed key's, a sticky
+# split's `routing_key`).
+HEADER_NAME = r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}"
+
 
 class Part(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

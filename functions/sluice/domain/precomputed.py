@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, field_validator
 
-from sluice.domain.parts import Part, ReadsRequest
+from sluice.domain.parts import HEADER_NAME, Part, ReadsRequest
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from sluice.domain.signature import TensorSpec  # resolved by `policy` once its union is built
 
 TABLE_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
-KEY_PATTERN = r"^(routing_key|headers\.[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}|inputs\.[^\s]{1,128})$"
+KEY_PATTERN = rf"^(routing_key|headers\.{HEADER_NAME}|inputs\.[^\s]{{1,128}})$"
 MAX_ENTITY_BYTES = 1024  # UTF-8: a DynamoDB partition key holds 2048 bytes; the tenant's and the table's prefix take up to 134
 MAX_AGE_S = 366 * 86400.0
 

@@ -9,6 +9,7 @@ rest on (`refs_read`).
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain.capture import check_redacted
@@ -16,6 +17,7 @@ from sluice.domain.errors import BadRequest, Unprocessable
 from sluice.domain.functions import Function
 from sluice.domain.lookups import Lookup
 from sluice.domain.objects import check_policy_size
+from sluice.domain.parts import HEADER_NAME
 from sluice.domain.policy import (
     Ensemble,
     Ref,
@@ -215,6 +217,14 @@ class PolicyChecks:
             first_inputs = signature_of(child).inputs  # a sequence's later steps take other inputs than the policy
             branches: list[tuple[str, str, Node]] = []
             if isinstance(child, Split):
+                if child.routing_key is not None and not re.fullmatch(HEADER_NAME, child.routing_key):
+                    # Checked as a policy is saved, not as one stored is read: a key the body
+                    # gives (`routing_key`) routes by any name, and such a split keeps doing so.
+                    raise Unprocessable(
+                        f"routing_key {child.routing_key!r} is no header name (letters, digits and !#$%&'*+.^_`|~- alone, "
+                        "at most 64): no client could send it as one",
+                        field=f"{where}.routing_key",
+                    )
                 branches = [(f"{where}.variants.{i}.target", f"variant '{v.name}'", v.target) for i, v in enumerate(child.variants)]
             elif isinstance(child, Shadow):
                 branches = [(f"{where}.mirrors.{i}.target", f"mirror '{m.name}'", m.target) for i, m in enumerate(child.mirrors)]
