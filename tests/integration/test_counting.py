@@ -120,6 +120,37 @@ def test_a_refused_websocket_message_is_counted(metered: Container, keys: dict[s
     assert moved(before, figures(metered, acme)) == ONE_400
 
 
+def test_a_stream_record_refused_as_it_is_read_is_counted(metered: Container, acme: Principal) -> None:
+    """As a refused request is on every door: each record refused before its call (a value out
+    of FP32's range, a shape, an id past its length) is one failed request of the stream's
+    deployment, its inputs refused. They were counted nowhere: a rollout gate never saw them."""
+    import asyncio
+
+    from sluice.stream.core import StreamScorer
+    from sluice.stream.records import StreamRecord
+
+    bodies = [{"inputs": [[1e39, 1, 1, 1]]}, {"inputs": [[1, 2, 3]]}, {"id": "a" * 129, "features": SETOSA}]
+    records = [StreamRecord(json.dumps(b), "kafka:t", n, {"offset": n}) for n, b in enumerate(bodies)]
+    before = figures(metered, acme)
+    outputs = [o.output for o in asyncio.run(StreamScorer(metered.predictions, "acme", "iris").score(records))]
+    assert all("error" in o for o in outputs), outputs
+    metered.predictions.stats.flush()
+    moved_by = moved(before, figures(metered, acme))
+    assert {k: moved_by[k] for k in ("requests", "refused", "stats_requests", "stats_errors", "stats_invalid")} == dict.fromkeys(
+        ("requests", "refused", "stats_requests", "stats_errors", "stats_invalid"), 3
+    ), moved_by
+
+
+def test_a_simple_json_body_refused_by_its_schema_is_counted_under_the_deployment_it_names(metered: Container, keys: dict[str, str], acme: Principal) -> None:
+    """As a WebSocket message's is: it was counted under no deployment over HTTP."""
+    client = TestClient(create_app(metered))
+    before = figures(metered, acme)
+    r = client.post("/api/v1/predictions", json={"deployment": "iris", "features": SETOSA, "zzz": 1}, headers=auth(keys["acme"]))
+    assert r.status_code == 422, r.text
+    moved_by = moved(before, figures(metered, acme))
+    assert (moved_by["requests"], moved_by["stats_requests"], moved_by["stats_errors"]) == (1, 1, 1), moved_by
+
+
 def test_a_name_that_finds_no_deployment_is_counted_under_none(metered: Container, keys: dict[str, str], acme: Principal) -> None:
     client = TestClient(create_app(metered))
     r = client.post("/v2/models/made-up/infer", json={"inputs": []}, headers=auth(keys["acme"]))

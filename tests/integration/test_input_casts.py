@@ -40,8 +40,9 @@ def world(demo: Container, acme: Principal) -> Tenants:
     demo.models.push(acme, "flags", _model("flags", TensorProto.BOOL, TensorProto.FLOAT, "Cast"), feature_names=["a", "b"])
     demo.models.push(acme, "codes", _model("codes", TensorProto.STRING, TensorProto.STRING, "Identity"), feature_names=["zip", "plan"])
     demo.models.push(acme, "ids", _model("ids", TensorProto.INT64, TensorProto.INT64, "Identity"), feature_names=["big", "small"])
+    demo.models.push(acme, "floats", _model("floats", TensorProto.FLOAT, TensorProto.FLOAT, "Identity"), feature_names=["x", "y"])
     tenants = Tenants(demo)
-    for name in ("flags", "codes", "ids"):
+    for name in ("flags", "codes", "ids", "floats"):
         assert tenants.save(name, {"kind": "single", "model": name, "version": 1}).status_code == 201
     return tenants
 
@@ -103,3 +104,34 @@ def test_integers_beside_a_whole_float_reach_an_integer_input_exact_on_every_doo
     for records in ([{"big": big, "small": 2.0}], [{"big": big, "small": 2}, {"big": 1, "small": 2.0}]):
         assert _stream(world, "ids", records)[0]["prediction"] == want, records
 
+
+
+@pytest.mark.parametrize("big", [-(2**63) - 1, -(2**63) - 201, 2**64, 2**70])
+def test_an_integer_past_64_bits_reads_as_written_on_every_door(world: Tenants, big: int) -> None:
+    """Refused for an INT64 input, text for a BYTES one, a float for an FP32 one, on REST and in
+    a stream alike. A stream's parser read such an integer as a float: -2**63 - 1 reached an
+    INT64 model as -2**63 and 2**64 a BYTES one as "1.8446744073709552e+19"; simple JSON refused
+    2**70 for an FP32 input that v2 and a stream took."""
+    def simple(deployment: str, features: dict[str, Any]) -> Any:
+        return world.client.post("/api/v1/predictions", json={"deployment": deployment, "features": features}, headers=world.acme)
+
+    def v2(deployment: str, datatype: str, data: list[Any]) -> Any:
+        body = {"inputs": [{"name": deployment, "datatype": datatype, "shape": [1, 2], "data": data}]}
+        return world.client.post(f"/v2/models/{deployment}/infer", json=body, headers=world.acme)
+
+    assert simple("ids", {"big": big, "small": 2}).status_code == 400 and v2("ids", "INT64", [big, 2]).status_code == 400
+    assert "error" in _stream(world, "ids", [{"big": big, "small": 2}])[0]
+    text = simple("codes", {"zip": big, "plan": "a"})
+    assert text.status_code == 200 and text.json()["prediction"] == [str(big), "a"], text.text
+    assert _stream(world, "codes", [{"zip": big, "plan": "a"}])[0]["prediction"] == [str(big), "a"]
+    as_float = simple("floats", {"x": big, "y": 1.0})
+    assert as_float.status_code == 200 and as_float.json()["prediction"] == pytest.approx([float(big), 1.0], rel=1e-6), as_float.text
+    assert v2("floats", "FP32", [big, 1.0]).json()["outputs"][0]["data"] == pytest.approx([float(big), 1.0], rel=1e-6)
+    assert _stream(world, "floats", [{"x": big, "y": 1.0}])[0]["prediction"] == pytest.approx([float(big), 1.0], rel=1e-6)
+
+
+def test_a_number_past_a_doubles_range_is_no_text_for_a_bytes_input(world: Tenants) -> None:
+    """`1e400` reads as infinity: it reached a BYTES model as the text "inf" over REST."""
+    body = '{"deployment": "codes", "features": {"zip": 1e400, "plan": "a"}}'
+    r = world.client.post("/api/v1/predictions", content=body, headers={**world.acme, "content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["field"].startswith("inputs"), r.text

@@ -254,6 +254,7 @@ class Edge:
         receive: Receive | None = None,
         body: bytes | None = None,
     ) -> Response:
+        raw: bytes | memoryview | None = None
         try:
             path = route.parse_params(params)
             raw = body if receive is None else await read_body(receive, container.settings.limits.body_timeout_s)
@@ -281,6 +282,8 @@ class Edge:
             return error_response(exc)
         except Exception as exc:
             status, content, headers = error_content(exc, scope["path"])
+            if DEPLOYMENT not in scope and raw is not None:  # refused as its body was read: the deployment it names, as a WebSocket message's
+                scope[DEPLOYMENT] = _named_deployment(raw)
             await counted(container, principal, params, scope, exc, status, str(content.get("code", "")))  # an Accepted (202) is no failure: not counted
             return JSONResponse(content, status_code=status, headers=headers)
 
@@ -298,6 +301,20 @@ def _within_lambda(response: Response, limit: int, rows: str) -> Response:
     ))  # fmt: skip
     refused.background = response.background  # the statistics flushed all the same
     return refused
+
+
+def _named_deployment(raw: bytes | memoryview) -> str | None:
+    """The `deployment` a body that was refused names, where it is a JSON object naming one
+    with a string (counted under it where the tenant has it, `Outcomes.failed`): read again only
+    on this failure path."""
+    import orjson
+
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    named = body.get("deployment") if isinstance(body, dict) else None
+    return named if isinstance(named, str) else None
 
 
 async def counted(

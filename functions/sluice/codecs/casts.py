@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,8 @@ def cast_exact(array: np.ndarray, datatype: str, dtype: np.dtype, *, answer: boo
                 raise TypeError("not text")
             return array
         if not answer and array.dtype.kind in "iuf":
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                raise ValueError("a number that is not finite")  # 1e400 read as infinity would reach the model as "inf"
             return array.astype(object)
         raise TypeError("not text")
     if array.dtype.kind not in "biuf":  # text, objects, and numbers of no tensor type: complex (its imaginary part would be dropped), dates, durations
@@ -51,7 +54,10 @@ def holds_text(array: np.ndarray, *, numbers: bool) -> bool:
     except TypeError:
         pass
     kinds = (str, bytes, int, float, np.number) if numbers else (str, bytes)
-    return all(isinstance(v, kinds) and not isinstance(v, bool) for v in values)
+    return all(
+        isinstance(v, kinds) and not isinstance(v, bool) and not (isinstance(v, float | np.floating) and not math.isfinite(v))
+        for v in values
+    )  # a number that is not finite (1e400 read as infinity) would reach the model as "inf"
 
 
 def whole_numbers(data: list[Any], dtype: np.dtype) -> np.ndarray:

@@ -55,6 +55,12 @@ def _whole(spec: TensorSpec, rows: Any, array: np.ndarray) -> np.ndarray:
     if array.dtype.kind == "f" and spec.datatype in INTEGER_TYPES:
         with contextlib.suppress(ValueError, TypeError, OverflowError):
             return whole_numbers(rows, V2_TO_NUMPY[spec.datatype])
+    if array.dtype == object and spec.datatype in FLOAT_TYPES and array.size and all(type(v) in (int, float) for v in array.ravel().tolist()):
+        # An integer past 64 bits made the array one of Python's numbers: read as a float, as v2
+        # JSON's `data` is (2**70 is an FP32 value like any other); one past a double's range stays
+        # as it was, for the check to refuse.
+        with contextlib.suppress(OverflowError):
+            return array.astype(np.float64)
     return array
 
 

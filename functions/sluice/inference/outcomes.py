@@ -163,6 +163,15 @@ class Outcomes:
             dep = found[0] if found is not None else None
         self.failed_as(tenant, dep, status, code, fields)
 
+    def failed_with(self, tenant: str, dep: Deployment | None, exc: BaseException) -> None:
+        """`failed`, where the deployment is at hand (a stream record refused as it is read:
+        the stream's deployment): nothing read for it."""
+        if counted(exc) or isinstance(exc, Accepted) or not self.online:
+            return
+        mark(exc)
+        status, code = status_and_code(exc)
+        self.failed_as(tenant, dep, status, code, None)
+
     def refused(self, tenant: str, name: str | None, exc: BaseException) -> None:
         """A request admission refused (its body unread): counted with the deployment only
         where this process has it at hand, as nothing is read for a refused request."""

@@ -75,7 +75,7 @@ class StreamScorer(RecordReader):
                 outcome.retry = f"{exc.code}: {exc.message}"
             return outcomes
         fields = sticky_fields(await self.predictions.walk_through(self.principal.tenant, resolved.node))
-        layouts = self._read(records, outcomes, resolved.version.signature, fields)
+        layouts = self._read(records, outcomes, resolved.version.signature, fields, resolved.deployment)
         for layout in layouts:
             await self._score(resolved, layout, records, outcomes)
         return outcomes

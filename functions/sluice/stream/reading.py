@@ -21,8 +21,8 @@ from orjson import JSONDecodeError, loads
 from sluice.capture.held import RecordAt
 from sluice.codecs.binary import json_alone
 from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.codecs.json_text import exact_where_long, too_deep
 from sluice.codecs.json_text import loads as loads_or_too_deep
-from sluice.codecs.json_text import too_deep
 from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
 from sluice.domain.requests import (
     PredictionRequest,
@@ -39,6 +39,7 @@ from sluice.stream.records import NOT_BASE64
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from sluice.domain import Deployment, Principal
     from sluice.domain.signature import Signature
     from sluice.inference.predictions import PredictionService
     from sluice.stream.core import Outcome
@@ -97,10 +98,15 @@ class RecordReader:
 
     predictions: PredictionService
     deployment: str
+    principal: Principal
 
-    def _read(self, records: Sequence[StreamRecord], outcomes: list[Outcome], signature: Signature, fields: tuple[str, ...]) -> list[Layout]:
+    def _read(
+        self, records: Sequence[StreamRecord], outcomes: list[Outcome], signature: Signature, fields: tuple[str, ...], dep: Deployment | None = None
+    ) -> list[Layout]:
         """The records by layout (`_layouts`); a record that cannot be read gets its error
-        output in `outcomes` instead. `fields`: those the policy's sticky splits read a key from."""
+        output in `outcomes` instead, and is counted as a failed request of `dep` (the stream's
+        deployment), as a refused request is on every door. `fields`: those the policy's sticky
+        splits read a key from."""
         allowed = RECORD_KEYS | set(fields)
         only = signature.inputs[0] if len(signature.inputs) == 1 else None
         names = only.feature_names if only is not None and only.feature_names else None
@@ -121,7 +127,7 @@ class RecordReader:
             raw = record.body
             try:
                 try:
-                    body = loads(raw)
+                    body = exact_where_long(raw, loads(raw))  # an integer past 64 bits kept whole, as the API keeps it
                 except JSONDecodeError:
                     body = _body(raw)  # raises, saying why
                 if type(body) is not dict:
@@ -143,12 +149,12 @@ class RecordReader:
                         pass  # the full decode names the missing feature
                 full.append(self._item(index, raw, body, signature, allowed, fields))
             except SluiceError as exc:
-                outcomes[index].output = self._error(record, record_id(record.body), exc)
+                outcomes[index].output = self._refused(record, record_id(record.body), exc, dep)
             except SHORT_OF:
                 raise
             except Exception as exc:  # reading is the same on a retry: this record's error, never the batch's
-                outcomes[index].output = self._unreadable(record, exc)
-        stacked = self._stack_hot(signature, hot, full, records, outcomes) if hot else None
+                outcomes[index].output = self._unreadable(record, exc, dep)
+        stacked = self._stack_hot(signature, hot, full, records, outcomes, dep) if hot else None
         return _layouts(hot, stacked, full)
 
     def _item(
@@ -182,7 +188,7 @@ class RecordReader:
 
     def _stack_hot(
         self, signature: Signature, hot: list[tuple[int, Any, tuple[Any, ...]]], full: list[_Item],
-        records: Sequence[StreamRecord], outcomes: list[Outcome],
+        records: Sequence[StreamRecord], outcomes: list[Outcome], dep: Deployment | None = None,
     ) -> tuple[str, np.ndarray] | None:  # fmt: skip
         """The hot records' rows as one array, for the one input. When they do not stack (a
         string among numbers, a nested list), each hot record is decoded alone, to find and
@@ -203,26 +209,32 @@ class RecordReader:
                 features = _body(records[index].body)["features"]
                 arrays = self.predictions.decode(signature, PredictionRequest(self.deployment, RowInputs(features=features)))
             except SluiceError as exc:
-                outcomes[index].output = self._error(records[index], rid, exc)
+                outcomes[index].output = self._refused(records[index], rid, exc, dep)
                 continue
             except SHORT_OF:
                 raise
             except Exception as exc:
-                outcomes[index].output = self._unreadable(records[index], exc)
+                outcomes[index].output = self._unreadable(records[index], exc, dep)
                 continue
             full.append(_Item((index, rid, 1, False, arrays, None, None)))
         hot.clear()
         return None
 
-    def _unreadable(self, record: StreamRecord, exc: Exception) -> dict[str, Any]:
+    def _unreadable(self, record: StreamRecord, exc: Exception, dep: Deployment | None = None) -> dict[str, Any]:
         """The error output of a record reading failed on other than a `SluiceError`: one
         nested too deep for the stack (a `RecursionError`) is bad input naming its member
         (`sluice.codecs.json_text.too_deep`); anything else is sluice's fault (logged)."""
         rid = record_id(record.body)
         if isinstance(exc, RecursionError) and (refused := too_deep(record.body)) is not None:
-            return self._error(record, rid, refused)
+            return self._refused(record, rid, refused, dep)
         get_logger().exception("a stream record could not be read", extra={"deployment": self.deployment, "source": record.position})
-        return self._error(record, rid, SluiceError(UNREADABLE))  # 500: internal_error
+        return self._refused(record, rid, SluiceError(UNREADABLE), dep)  # 500: internal_error
+
+    def _refused(self, record: StreamRecord, rid: Any, exc: SluiceError, dep: Deployment | None) -> dict[str, Any]:
+        """A record refused as it was read: one failed request counted (`Outcomes.failed_with`,
+        for the rollout gates' `error_rate` and `invalid_input_rate` too), and its error output."""
+        self.predictions.outcomes.failed_with(self.principal.tenant, dep, exc)
+        return self._error(record, rid, exc)
 
     def _error(self, record: StreamRecord, rid: Any, exc: SluiceError) -> dict[str, Any]:
         out = {"id": rid, "source": record.position, "deployment": self.deployment, "error": exc.message, "code": exc.code}
