@@ -181,6 +181,9 @@ def grant_invoke_endpoints(owner: SluiceFunction, endpoint_names: Iterable[str],
             iam.PolicyStatement(actions=["sagemaker:InvokeEndpoint"], resources=[runtime, *configured])
         )
     else:
+        # Every config file's endpoint by its name, `sluice-…` ones too: the tenant condition on
+        # `sluice-*` below would leave those out (the operator's endpoints carry no tenant tag).
+        configured = endpoint_arns(owner, list(endpoint_names))
         owner.role.add_to_principal_policy(
             iam.PolicyStatement(
                 sid="InvokeTenantEndpoints",

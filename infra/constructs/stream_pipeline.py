@@ -167,7 +167,7 @@ class StreamPipeline(Construct):
             fn,
             artifacts,
             prefix=f"{STORE_PREFIX}tenants/{stream.tenant}/",  # the store's keys: `storage.base.artifact_key`
-            write=True,
+            write=False,  # read alone: its mirrors run in it, so it writes no shadow body there
             purpose="the tenant's model artifacts",
         )
         grant_invoke_endpoints(fn, endpoint_names, tenant=stream.tenant)

@@ -128,6 +128,9 @@ def test_grants_are_confined_to_the_tenant_and_the_destination(full_app: Synthes
         invoke = [s for s in statements(name) if "sagemaker:InvokeEndpoint" in _list(s["Action"])]
         runtime = [s for s in invoke if "endpoint/sluice-*" in json.dumps(s["Resource"])]
         assert runtime and all(s["Condition"] == {"StringEquals": {"aws:ResourceTag/sluice:tenant": tenant}} for s in runtime), (name, runtime)
+        # ... and the config file's endpoints, by name, with no condition (they carry no tenant tag).
+        plain = json.dumps([s["Resource"] for s in invoke if "Condition" not in s])
+        assert all(f"endpoint/{e}" in plain for e in ("sluice-resnet", "sluice-segmenter", "sluice-ranker")), (name, plain)
     # MSK's poller: the cluster's brokers and its network interfaces, not the managed policy's
     # `logs:*` on every log group of the account.
     clicks_role = template.to_json()["Resources"][role_of(functions["clicks"][1])]["Properties"]
@@ -144,6 +147,9 @@ def test_grants_are_confined_to_the_tenant_and_the_destination(full_app: Synthes
         granted = json.dumps(statements(name))
         artifacts = [json.dumps(s["Resource"]) for s in statements(name) if "s3:GetObject" in _list(s["Action"]) and "artifacts" in json.dumps(s["Resource"])]
         assert artifacts and all("artifacts/tenants/globex/*" in r for r in artifacts), (name, artifacts)
+    for name in functions:  # artifacts read alone: no shadow body to write since its mirrors run in it
+        writes = [json.dumps(s["Resource"]) for s in statements(name) if "s3:PutObject" in _list(s["Action"])]
+        assert not any("artifacts/" in r for r in writes), (name, writes)
         assert "acme-" not in granted, name
 
 

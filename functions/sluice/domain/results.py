@@ -68,6 +68,18 @@ class InferenceResult:
     loaded: bool | None = None
 
 
+def with_classes(signature: Signature, result: InferenceResult) -> InferenceResult:
+    """`result` with the column labels its version's signature gives a probabilities output
+    (`TensorSpec.classes`) where the runtime said none: the same classes whichever runtime
+    answered (ONNX Runtime in process, a SageMaker endpoint, Triton, a fallback between them)."""
+    for spec in signature.outputs:
+        if spec.classes is not None and spec.name not in result.classes:
+            array = result.outputs.get(spec.name)
+            if array is not None and array.ndim == 2 and array.shape[1] == len(spec.classes):
+                result.classes[spec.name] = list(spec.classes)
+    return result
+
+
 @dataclass(frozen=True, slots=True)
 class Resolved:
     """The deployment a request named, its policy, and the version whose signature

@@ -32,23 +32,30 @@ class TensorSpec:
     shape: tuple[int, ...]  # -1 marks a dynamic dimension
     role: OutputRole | None = None  # outputs only: how plain JSON presents it
     feature_names: tuple[str, ...] | None = None  # inputs only: column names of the last axis
+    # A probabilities output's column labels, where the model's graph says them and no ZipMap
+    # answers them (read at push: `runtimes.onnx_signature.classifier_labels`): whichever runtime
+    # answers the version, its columns are these classes (`domain.results.with_classes`).
+    classes: tuple[int | str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["shape"] = list(self.shape)
         if self.feature_names is not None:
             data["feature_names"] = list(self.feature_names)
+        if self.classes is not None:
+            data["classes"] = list(self.classes)
         return {k: v for k, v in data.items() if v is not None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TensorSpec:
-        names = data.get("feature_names")
+        names, classes = data.get("feature_names"), data.get("classes")
         return cls(
             name=data["name"],
             datatype=data["datatype"],
             shape=tuple(int(d) for d in data["shape"]),
             role=data.get("role"),
             feature_names=tuple(names) if names is not None else None,
+            classes=tuple(classes) if classes is not None else None,
         )
 
 

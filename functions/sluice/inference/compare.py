@@ -11,13 +11,21 @@ if TYPE_CHECKING:
     from sluice.domain.signature import Signature
 
 
-def _aligned_probs(signature: Signature, result: InferenceResult) -> dict[str, np.ndarray] | None:
+def _aligned_probs(signature: Signature, result: InferenceResult, *, by_column: bool = False) -> dict[str, np.ndarray] | None:
+    """A probabilities output's columns by class; by column number where `by_column` (or the
+    answer names no classes)."""
     spec = signature.output_with_role("probabilities")
     if spec is None or spec.name not in result.outputs:
         return None
     probs = np.asarray(result.outputs[spec.name], dtype=np.float64)
-    classes = result.classes.get(spec.name) or list(range(probs.shape[1]))
+    classes = (None if by_column else result.classes.get(spec.name)) or list(range(probs.shape[1]))
     return {str(c): probs[:, j] for j, c in enumerate(classes)}
+
+
+def _named_classes(signature: Signature, result: InferenceResult) -> bool | None:
+    """Whether the answer names its probabilities' classes (None: it has no probabilities)."""
+    spec = signature.output_with_role("probabilities")
+    return None if spec is None or spec.name not in result.outputs else spec.name in result.classes
 
 
 def compare(
@@ -86,7 +94,12 @@ def _differences(
     class), or each value output's."""
     diffs: list[np.ndarray] = []
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, left out by the caller
-        p_probs, m_probs = _aligned_probs(primary_sig, primary), _aligned_probs(mirror_sig, mirror)
+        # One side names its classes, the other does not (a model whose graph says its labels
+        # beside one that answers bare columns): the columns compared in order, as scikit-learn
+        # orders both, never the labels against column numbers.
+        named = {_named_classes(primary_sig, primary), _named_classes(mirror_sig, mirror)}
+        by_column = named == {True, False}
+        p_probs, m_probs = _aligned_probs(primary_sig, primary, by_column=by_column), _aligned_probs(mirror_sig, mirror, by_column=by_column)
         if p_probs is not None and m_probs is not None:
             rows = len(next(iter(p_probs.values())))
             columns = [

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
 from sluice.domain.objects import MIRROR
 from sluice.domain.policy_paths import subject_at, within_deployment
-from sluice.domain.results import Answer
+from sluice.domain.results import Answer, with_classes
 from sluice.inference.graphs import run_switch
 from sluice.inference.outcomes import refused_input
 from sluice.inference.precomputed import run_precomputed
@@ -191,7 +191,7 @@ class PolicyRunner:
             raise BackendError(f"the model server's answer does not read as the model's outputs ({type(exc).__name__})") from None
         if result.loaded is not None and call.sessions is not None:
             call.sessions[result.loaded] += 1  # [hits, misses]
-        return Answer(signature, result, version)
+        return Answer(signature, with_classes(signature, result), version)
 
     async def _ref(self, node: Ref, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
         if call.refs >= MAX_REF_DEPTH:  # a chain a policy's checks refuse (or a cycle two writes made at once)

@@ -269,17 +269,7 @@ class OnnxRuntime:
         data = self.store.get(version.artifact_uri, sha256=version.sha256)
         options = self.session_options(version)
         session = build_session(data, **options)
-        entry = _Entry(session, len(data), [o.name for o in session.get_outputs()], options=options)
-        from sluice.domain.signature import DYNAMIC
-        from sluice.runtimes.onnx_signature import classifier_labels
-
-        labels = classifier_labels(data)
-        if labels is not None:  # a classifier without ZipMap: its probabilities' columns by its labels
-            entry.classes = {
-                spec.name: labels for spec in version.signature.outputs
-                if spec.role == "probabilities" and len(spec.shape) == 2 and spec.shape[1] in (DYNAMIC, len(labels))
-            }  # fmt: skip
-        return entry
+        return _Entry(session, len(data), [o.name for o in session.get_outputs()], options=options)
 
     def _entry(self, version: ModelVersion) -> tuple[_Entry, bool]:
         return self.cache.get_or_load(version.sha256, version.size_bytes, lambda: self._load_entry(version))
@@ -302,8 +292,6 @@ class OnnxRuntime:
             if labels is not None:
                 result.classes[name] = labels
                 result.maps[name] = value
-            elif name in entry.classes and array.ndim == 2 and array.shape[1] == len(entry.classes[name]):
-                result.classes[name] = entry.classes[name]  # the graph's classifier's labels, not its columns' numbers
         return result
 
     async def load(self, version: ModelVersion) -> None:

@@ -59,7 +59,28 @@ def read_signature(data: bytes, feature_names: list[str] | None = None) -> Any:
 
         raise InvalidInput(f"the model declares no {'inputs' if not signature.inputs else 'outputs'}: nothing could be asked of it or answered", field="artifact")
     check_ranked(data, signature)
-    return signature
+    return with_graph_classes(data, signature)
+
+
+def with_graph_classes(data: bytes, signature: Any) -> Any:
+    """`signature` with its probabilities output's column labels where the graph's classifier
+    says them (`classifier_labels`: a classifier exported without ZipMap answers a bare
+    [rows, classes] tensor) and the output is as wide as they are many."""
+    import dataclasses
+
+    from sluice.domain.signature import DYNAMIC
+    from sluice.runtimes.onnx_signature import classifier_labels
+
+    labels = classifier_labels(data)
+    if labels is None:
+        return signature
+    outputs = tuple(
+        dataclasses.replace(spec, classes=tuple(labels))
+        if spec.role == "probabilities" and len(spec.shape) == 2 and spec.shape[1] in (DYNAMIC, len(labels))
+        else spec
+        for spec in signature.outputs
+    )  # fmt: skip
+    return dataclasses.replace(signature, outputs=outputs)
 
 
 class ModelService:
