@@ -524,3 +524,53 @@ def test_a_streams_answers_lines_are_written_as_their_statistics_count_them(demo
     assert streamed(False) == (0, 0)  # computed, its records to come again
     assert streamed(False) == (0, 0)  # a cache hit, its records to come again
     assert streamed(True) == (1, 1)  # a cache hit that stands
+
+
+def test_a_policy_is_walked_through_its_references_as_pinned(demo: Container, acme: Principal) -> None:
+    """`walk_through` follows a reference at the revision a batch job pinned, not as it stands:
+    a job's `variant` column, its answers-in-place check and its rows per call read the policy
+    its chunks are scored by (a split referenced, then made a single after Plan, left the job's
+    rows without the column)."""
+    from sluice.domain.policy import walk
+
+    demo.deployments.create(acme, "ab", split_policy({"a": (50, single("iris", 1)), "b": (50, single("iris", 1))}))
+    demo.deployments.create(acme, "front", {"kind": "ref", "deployment": "ab"})
+    front = run(demo.predictions.resolve(acme, "front")).node
+    pinned = run(demo.predictions.pin_refs(acme.tenant, front))
+    demo.deployments.update(acme, "ab", single("iris", 1))  # after the pins (the deployment cache holds nothing here: TTL 0)
+
+    def kinds(refs: Any) -> set[str]:
+        return {n.kind for n in run(demo.predictions.walk_through(acme.tenant, front, refs=refs))}
+
+    assert "split" in kinds(pinned) and "split" not in kinds(None)  # as pinned; as it stands now
+    assert [n.kind for n in walk(front)] == ["ref"]
+
+
+def test_a_stream_checks_its_policy_again_once_a_reference_is_read_anew(demo: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answers-in-place check (an asynchronous endpoint refused) runs once per policy read,
+    its references' too: a long-lived scorer (`sluice stream`) whose referenced deployment moved
+    to an asynchronous endpoint wrote error records instead of sending them back for retry."""
+    import asyncio
+    import json
+
+    import sluice.stream.core as core
+    from sluice.stream.records import StreamRecord
+
+    checked: list[str] = []
+    real = core.check_answers_in_place
+
+    async def counting(predictions: Any, tenant: str, node: Any, **kw: Any) -> None:
+        checked.append(node.kind)
+        await real(predictions, tenant, node, **kw)
+
+    monkeypatch.setattr(core, "check_answers_in_place", counting)
+    demo.deployments.create(acme, "target", single("iris", 1))
+    demo.deployments.create(acme, "front", {"kind": "ref", "deployment": "target"})
+    scorer = core.StreamScorer(demo.predictions, acme.tenant, "front")
+    record = StreamRecord(json.dumps({"inputs": [[5.1, 3.5, 1.4, 0.2]]}), "kafka:t", 0, {"offset": 0})
+    for _ in range(2):
+        asyncio.run(scorer.score([record]))
+    assert len(checked) == 1  # once per policy read, not per batch
+    demo.deployments.update(acme, "target", single("iris", 1))  # a new revision: read anew (the cache's TTL is 0 here)
+    asyncio.run(scorer.score([record]))
+    assert len(checked) == 2

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -160,16 +159,12 @@ def test_requests_to_a_sagemaker_endpoint_are_sized_by_bytes() -> None:
     async def version_of(tenant: str, model: str, number: int) -> SimpleNamespace:
         return SimpleNamespace(runtime="onnx")
 
-    async def walk_through(tenant: str, node: Any, *, mirrors: bool = True) -> list[Any]:  # no references here
-        from sluice.domain.policy import walk
-
-        return walk(node, mirrors=mirrors)
-
-    scorer.predictions = SimpleNamespace(version_of=version_of, walk_through=walk_through)  # type: ignore[assignment]
+    scorer.predictions = SimpleNamespace(version_of=version_of)  # type: ignore[assignment]
     endpoint, in_process = resolved("sagemaker"), resolved("onnx")
-    assert scorer._rows_per_call(endpoint, wide) == 1024  # 1 MiB / (256 x 4 bytes)
-    assert scorer._rows_per_call(in_process, wide) == 4096
-    assert scorer._rows_per_call(endpoint, [Feed("x", ("x",), "FP64", stacked=False, width=3)]) == 4096
+    reached = [Single(model="m", version=1)]  # what the policy reaches (no references here)
+    assert scorer._rows_per_call(endpoint, wide, reached) == 1024  # 1 MiB / (256 x 4 bytes)
+    assert scorer._rows_per_call(in_process, wide, reached) == 4096
+    assert scorer._rows_per_call(endpoint, [Feed("x", ("x",), "FP64", stacked=False, width=3)], reached) == 4096
 
 
 def test_the_errors_worth_retrying_are_sluice_server_errors() -> None:

@@ -168,7 +168,7 @@ class BatchRunner:
         resolved = run(self.predictions.resolve(principal, job.deployment, revision=job.revision, refs=job.refs))
         refs = job.refs if job.refs is not None else run(self.predictions.pin_refs(tenant, resolved.node))
         job = replace(job, revision=resolved.deployment.revision, refs=refs)
-        run(check_answers_in_place(self.predictions, tenant, resolved.node, what="a batch job"))
+        run(check_answers_in_place(self.predictions, tenant, resolved.node, what="a batch job", refs=refs))  # as pinned
         plan = plan_job(
             job,
             resolved.version.signature,

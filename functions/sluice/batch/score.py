@@ -122,10 +122,11 @@ class ChunkScorer:
         if publishing is not None and spec.format == "csv":  # CSV reads their text (`pieces.arrow_types`)
             publishing.exact = {c: feed.datatype for feed in feeds if feed.width is None and feed.datatype in EXACT_INTEGERS for c in feed.columns}
         columns = list(dict.fromkeys([*keys, *([publishing.key] if publishing else []), *needed_columns(feeds)]))
-        run_rows = self._rows_per_call(resolved, feeds)
+        reached = run(self.predictions.walk_through(principal.tenant, resolved.node, refs=spec.refs))  # its references at their pinned revisions
+        run_rows = self._rows_per_call(resolved, feeds, reached)
         # A row of a scalar input (rank 0) is its value alone: the bulk call scores it alone.
         scalars = frozenset(spec.name for spec in signature.inputs if not spec.shape)
-        with_variant = any(node.kind == "split" for node in run(self.predictions.walk_through(principal.tenant, resolved.node)))  # a referenced one's too
+        with_variant = any(node.kind == "split" for node in reached)
         versions: Counter[str] = Counter()
         pool = self._pool(threads)
         with tempfile.TemporaryDirectory(prefix="sluice-chunk-") as work:
@@ -188,15 +189,14 @@ class ChunkScorer:
             seconds=round(time.monotonic() - started, 3),
         )
 
-    def _rows_per_call(self, resolved: Resolved, feeds: list[Any]) -> int:
-        """Rows per inference call: the configured batch, or fewer when the version is a
-        SageMaker endpoint, whose request body is capped in bytes."""
+    def _rows_per_call(self, resolved: Resolved, feeds: list[Any], reached: list[Any]) -> int:
+        """Rows per inference call: the configured batch, or fewer when a version the policy
+        reaches (`reached`: through its references too) is a SageMaker endpoint, whose request
+        body is capped in bytes."""
         rows = self.infer_rows
         tenant = resolved.deployment.tenant
         runtimes = {resolved.version.runtime} | {
-            run(self.predictions.version_of(tenant, node.model, node.version)).runtime
-            for node in run(self.predictions.walk_through(tenant, resolved.node))  # through its references too
-            if node.kind == "single"
+            run(self.predictions.version_of(tenant, node.model, node.version)).runtime for node in reached if node.kind == "single"
         }
         if "sagemaker" not in runtimes:
             return rows

@@ -183,13 +183,15 @@ class Outcomes:
         return found  # type: ignore[return-value]
 
 
-async def check_answers_in_place(predictions: PredictionService, tenant: str, node: Node, *, what: str) -> None:
+async def check_answers_in_place(
+    predictions: PredictionService, tenant: str, node: Node, *, what: str, refs: Mapping[str, int] | None = None
+) -> None:
     """Refuse `what` (a batch job, a stream) over a policy whose answering versions include one
     served by an asynchronous endpoint (`"invocation": "async"`: each request queued, answered
     later through the results API): scoring in place would queue a SageMaker job per call that
     nothing reads, then fail each row with "queued". A shadow's mirrors do not answer here."""
 
-    for single in (n for n in await predictions.walk_through(tenant, node, mirrors=False) if n.kind == "single"):
+    for single in (n for n in await predictions.walk_through(tenant, node, mirrors=False, refs=refs) if n.kind == "single"):
         version = await predictions.version_of(tenant, single.model, single.version)  # type: ignore[attr-defined]
         if version.runtime == "sagemaker" and version.config.get("invocation") == "async":
             raise Unprocessable(

@@ -378,9 +378,9 @@ class PredictionService:
         """The deployment a `ref` names, as the call follows it (`sluice.inference.references`)."""
         return await referenced(self.deployment_of, self.revisions, tenant, name)
 
-    async def walk_through(self, tenant: str, node: Node, *, mirrors: bool = True) -> list[Node]:
+    async def walk_through(self, tenant: str, node: Node, *, mirrors: bool = True, refs: Mapping[str, int] | None = None) -> list[Node]:
         """Every node of `node` and of what it references (`sluice.inference.references.walk_through`)."""
-        return await walk_through(self.referenced, tenant, node, mirrors=mirrors)
+        return await walk_through(self.referenced, tenant, node, mirrors=mirrors, refs=refs)
 
     async def pin_refs(self, tenant: str, node: Node) -> dict[str, int]:
         """What a batch job pins with its own revision (`sluice.inference.references.pin_refs`)."""

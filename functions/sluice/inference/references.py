@@ -76,21 +76,27 @@ async def pin_refs(follow: Reader, tenant: str, node: Node) -> dict[str, int]:
     return pins
 
 
-async def walk_through(follow: Reader, tenant: str, node: Node, *, mirrors: bool = True) -> list[Node]:
+async def walk_through(
+    follow: Reader, tenant: str, node: Node, *, mirrors: bool = True, refs: Mapping[str, int] | None = None
+) -> list[Node]:
     """Every node of the policy (`walk`) and of the policies of the deployments it references,
-    in turn, each read once as `follow` finds it (as it stands, or as pinned); one that cannot
-    be read is left out (a row reaching it fails there, as a request would). What a rule about
-    every node a call may reach reads: a stream's key fields, a job's answers in place and its
-    rows per call."""
+    in turn, each read once as `follow` finds it (as it stands, or at the revisions `refs` pins,
+    a batch job's); one that cannot be read is left out (a row reaching it fails there, as a
+    request would). What a rule about every node a call may reach reads: a stream's key fields,
+    a job's answers in place, its rows per call and its `variant` column."""
     nodes: list[Node] = []
     todo, seen = [node], set()
-    while todo:
-        for n in walk(todo.pop(), mirrors=mirrors):
-            nodes.append(n)
-            if isinstance(n, Ref) and n.deployment not in seen:
-                seen.add(n.deployment)
-                try:
-                    todo.append((await follow(tenant, n.deployment))[1])
-                except SluiceError:
-                    continue
+    token = pin(refs)
+    try:
+        while todo:
+            for n in walk(todo.pop(), mirrors=mirrors):
+                nodes.append(n)
+                if isinstance(n, Ref) and n.deployment not in seen:
+                    seen.add(n.deployment)
+                    try:
+                        todo.append((await follow(tenant, n.deployment))[1])
+                    except SluiceError:
+                        continue
+    finally:
+        unpin(token)
     return nodes

@@ -61,20 +61,24 @@ class StreamScorer(RecordReader):
         self.deployment = deployment
         self.batch_rows = batch_rows
         self.principal = Principal(tenant, frozenset({"predict"}), f"stream:{deployment}")
-        self._in_place: object = None  # the parsed policy last found to answer in place (`check_answers_in_place`)
+        # The nodes the policy last reached (through its references) when found to answer in
+        # place (`check_answers_in_place`): checked again once any of them is read anew.
+        self._in_place: list[Any] = []
 
     async def score(self, records: Sequence[StreamRecord]) -> list[Outcome]:
         outcomes = [Outcome() for _ in records]
         try:
             resolved = await self.predictions.resolve(self.principal, self.deployment)
-            if resolved.node is not self._in_place:  # once per policy read, not per batch of records
+            reached = await self.predictions.walk_through(self.principal.tenant, resolved.node)
+            if len(reached) != len(self._in_place) or any(a is not b for a, b in zip(reached, self._in_place, strict=False)):
+                # once per policy read (its own, or a referenced one's), not per batch of records
                 await check_answers_in_place(self.predictions, self.principal.tenant, resolved.node, what="a stream")
-                self._in_place = resolved.node
+                self._in_place = reached
         except SluiceError as exc:  # the binding itself is wrong or the registry is away: retry, then DLQ
             for outcome in outcomes:
                 outcome.retry = f"{exc.code}: {exc.message}"
             return outcomes
-        fields = sticky_fields(await self.predictions.walk_through(self.principal.tenant, resolved.node))
+        fields = sticky_fields(reached)
         layouts = self._read(records, outcomes, resolved.version.signature, fields, resolved.deployment)
         for layout in layouts:
             await self._score(resolved, layout, records, outcomes)
