@@ -92,7 +92,7 @@ def check_inputs(
             try:
                 array = cast_exact(array, spec.datatype, dtype)
             except (ValueError, TypeError, OverflowError):
-                text = ": text or numbers, not null, true/false, an object or a list" if spec.datatype == "BYTES" else ""
+                text = ": text or finite numbers, not null, true/false, an object or a list" if spec.datatype == "BYTES" else ""
                 raise InvalidInput(f"input '{spec.name}' must hold {spec.datatype} values{text}", field=where) from None
         if spec.datatype in FLOAT_TYPES and spec.name not in finite and not np.isfinite(array).all():
             past = "" if spec.datatype == "FP64" else f", or numbers past {spec.datatype}'s range"
