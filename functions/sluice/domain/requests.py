@@ -142,6 +142,12 @@ class PredictionRequest:
     revision: int | None = None  # the deployment's policy as it stood at this revision (a batch job's, pinned)
     refs: Mapping[str, int] | None = None  # the deployments its policy references, at these revisions (pinned with `revision`)
 
+    @property
+    def as_batch(self) -> bool:
+        """Whether the rows came as a simple-JSON `batch` (a list answers them, one row or many),
+        in the request or in the upload it named."""
+        return isinstance(self.inputs, RowInputs) and self.inputs.batch is not None
+
     def routing_value(self, name: str) -> str | None:
         """The key a split naming header `name` routes by: the request's own, else that header
         (held to the length the others are)."""

@@ -13,7 +13,6 @@ read and decoded as the body of the route that named it, and predicted from as a
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
@@ -30,12 +29,13 @@ from sluice.domain.errors import (
     UnknownVersion,
 )
 from sluice.domain.policy import MAX_DEPTH, Single, first_branch, walk
-from sluice.domain.requests import RowInputs, UploadInputs
+from sluice.domain.requests import UploadInputs
 from sluice.domain.results import Prediction, Resolved, rows_of
 from sluice.domain.signature import Signature
 from sluice.inference.bandit_feedback import BanditFeedback
 from sluice.inference.batching import Batcher
 from sluice.inference.cached_answers import count_hit, keep, look_up
+from sluice.inference.deployment_reads import DeploymentReads
 from sluice.inference.execution import MAX_REF_DEPTH, MIRROR, Call, PolicyRunner, no_routing, within
 from sluice.inference.graphs import answer_signature, input_signature
 from sluice.inference.inputs import decode_inputs
@@ -90,7 +90,8 @@ class PredictionService:
         lookup_steps: LookupSteps | None = None,
         precomputed: PrecomputedReader | None = None,
     ) -> None:
-        self.registry = registry
+        self.parsed = ParsedPolicies()  # a re-read of the same record keeps its parsed policy (and its plans)
+        self.reads = DeploymentReads(registry, self.parsed, settings.deployment_cache_ttl_s)
         self.runtimes = runtimes
         self.settings = settings
         self.telemetry = telemetry
@@ -101,22 +102,25 @@ class PredictionService:
         self.profiles: ProfileRecorder | None = None  # set by the wiring: monitoring profiles of the traffic served
         self.kept: PredictionKeeper | None = None  # set by the wiring: predictions kept for ground truth
         self.uploads: Callable[[], UploadService] | None = None  # set by the wiring: inputs that are uploads
-        self._deployments: TTLCache[tuple[str, str], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
-        self.parsed = ParsedPolicies()  # a re-read of the same record keeps its parsed policy (and its plans)
-        # The versions the deployments name, trusted as long as the deployments: a number names
-        # another artifact once its model is deleted and made again (numbers start again at 1).
-        self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(settings.deployment_cache_ttl_s)
+        self._deployments = self.reads.cache
         # What a composite policy takes and answers, derived once per parsed policy (see `resolve`).
         self._resolved: TTLCache[tuple[str, str], Resolved] = TTLCache(settings.deployment_cache_ttl_s)
         self.revisions = Revisions(registry, settings.deployment_cache_ttl_s)  # as a request pinned to one reads them (`resolve`)
         self.bandits = BanditFeedback(registry, self.parsed)
-        self._reading: dict[tuple[int, tuple[str, str]], asyncio.Future[tuple[Deployment, Node]]] = {}
-        self._forgotten = 0  # changes seen here (`forget`): a read one overtook is not kept
         # Batching joins requests one process serves at once; a Lambda environment serves one.
         self.batcher = Batcher(enabled=not in_lambda())
-        self.outcomes = Outcomes(telemetry, self.stats, self.deployment_of, lambda t, n: self._deployments.get((t, n)))
+        self.outcomes = Outcomes(telemetry, self.stats, self.deployment_of, self.reads.cached)
         self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher, functions, lookup_steps, precomputed)
         self.reports = Reports(telemetry, self.outcomes, lambda: self.runner.lookup_steps)
+
+    @property
+    def registry(self) -> Registry:
+        """The registry this service reads (a test may put another in its place)."""
+        return self.reads.registry
+
+    @registry.setter
+    def registry(self, registry: Registry) -> None:
+        self.reads.registry = registry
 
     # The call -----------------------------------------------------------------------------
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
@@ -166,7 +170,7 @@ class PredictionService:
         if dep.cache is not None and self.cache is not None:
             lookup = await look_up(self, self.cache, dep, resolved.node, call, request.outputs, arrays)
             if lookup is not None and lookup.hit is not None:
-                return self._hit(resolved, lookup, started, fields, arrays, request.request_id, batch=_as_batch(request))
+                return self._hit(resolved, lookup, started, fields, arrays, request.request_id, batch=request.as_batch)
         stat_key = (dep.tenant, dep.name, dep.revision, "deployment")
         try:
             answer = await within(self.runner.run(resolved.node, call, arrays), self.settings.request_timeout_s)
@@ -208,7 +212,7 @@ class PredictionService:
                 self.capture.offer(dep, request.request_id, answer, arrays, latency_ms, signature.inputs)
             else:
                 self.capture.offer_records(dep, request.record_ids, request.record_offsets, answer, arrays, latency_ms, signature.inputs)
-        return Prediction(resolved, answer, latency_ms, len(call.mirrors), batch=_as_batch(request))
+        return Prediction(resolved, answer, latency_ms, len(call.mirrors), batch=request.as_batch)
 
     def _keep(self, dep: Deployment, answer: Answer, request_id: str | None, rows: int) -> None:
         """The answer kept by request id for its ground truth (held; written by the flush),
@@ -332,43 +336,17 @@ class PredictionService:
 
     def forget(self, tenant: str, name: str) -> None:
         """Drop a cached deployment (and its kept answers) so this process sees a change at once:
-        a read of it in flight is neither joined by a later request nor kept (`_read_deployment`)."""
-        self._forgotten += 1
-        for flight in [f for f in list(self._reading) if f[1] == (tenant, name)]:  # a copy: requests add to it on their loops
-            self._reading.pop(flight, None)
-        self._deployments.pop((tenant, name))
-        # A version's number names another artifact only once nothing routes to it (its model
-        # deleted, refused while deployed, and made again): a deployment change is where this
-        # process starts routing to one, so the versions are read again from here (once each).
-        self._versions.clear()
+        a read of it in flight is neither joined by a later request nor kept (`DeploymentReads`)."""
+        self.reads.forget(tenant, name)  # the deployment, and the versions deployments name
         self._resolved.pop((tenant, name))
         self.revisions.clear()
-        self.parsed.forget(tenant, name)
         if self.cache is not None:
             self.cache.drop(tenant, name)
 
     async def deployment_of(self, tenant: str, name: str) -> tuple[Deployment, Node]:
-        """The deployment and its parsed policy, read at most once per `deployment_cache_ttl_s`:
-        requests that find it expired together wait on one read (on their event loop) rather
-        than each queueing its own on the loop's few threads, where the last of a burst would
-        start late."""
-        key = (tenant, name)
-        found = self._deployments.get(key)
-        if found is not None:
-            return found
-        flight = (id(asyncio.get_running_loop()), key)
-        reading = self._reading.get(flight)
-        if reading is None:
-            reading = self._reading[flight] = asyncio.ensure_future(self._read_deployment(key))
-            reading.add_done_callback(lambda done: self._reading.pop(flight) if self._reading.get(flight) is done else None)
-        return await asyncio.shield(reading)
-
-    async def _read_deployment(self, key: tuple[str, str]) -> tuple[Deployment, Node]:
-        """The deployment read, kept unless a change was made here while it was read (`forget`):
-        what that read found answers the requests that waited on it, not those after."""
-        forgotten = self._forgotten
-        found = self.parsed.of(await asyncio.to_thread(self.registry.get_deployment, *key))
-        return self._deployments.put(key, found) if self._forgotten == forgotten else found
+        """The deployment and its parsed policy, read at most once per `deployment_cache_ttl_s`
+        (`sluice.inference.deployment_reads`)."""
+        return await self.reads.of(tenant, name)
 
     async def node_of(self, tenant: str, deployment: str) -> Node:
         """The policy of the deployment a `ref` names (`referenced`)."""
@@ -387,14 +365,10 @@ class PredictionService:
         return await pin_refs(self.referenced, tenant, node)
 
     def cached_version(self, tenant: str, model: str, number: int) -> ModelVersion | None:
-        return self._versions.get((tenant, model, number))
+        return self.reads.versions.get((tenant, model, number))
 
     async def version_of(self, tenant: str, model: str, number: int) -> ModelVersion:
-        key = (tenant, model, number)
-        found = self._versions.get(key)
-        if found is None:
-            found = self._versions.put(key, await asyncio.to_thread(self.registry.get_version, tenant, model, number))
-        return found
+        return await self.reads.version_of(tenant, model, number)
 
     async def rewards_of(self, dep: Deployment) -> dict[str, tuple[int, float]]:
         return await self.bandits.rewards_of(dep)  # what a bandit's choices read (`PolicyRunner`)
@@ -424,9 +398,3 @@ class PredictionService:
             if held is not None and held.due():
                 held.flush()
 
-
-def _as_batch(request: PredictionRequest) -> bool:
-    """Whether the rows came as a simple-JSON `batch` (a list answers them, one row or many),
-    in the request or in the upload it named."""
-    inputs = request.inputs
-    return isinstance(inputs, RowInputs) and inputs.batch is not None

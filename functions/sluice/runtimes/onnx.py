@@ -91,7 +91,6 @@ class _Entry:
     session: Any
     size: int
     output_names: list[str]
-    classes: dict[str, list[int | str]] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # the session options it was built with
     ns_per_element: float | None = None  # what its calls have taken, per input element (a moving average)
     # What a call has taken, whatever its size: up at once with a slow call, down slowly (None:
