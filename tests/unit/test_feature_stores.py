@@ -219,6 +219,51 @@ def test_a_sqlite_table_keyed_by_two_integer_columns(tmp_path: Any) -> None:
     assert run(steps.call(other, "acme", arrays, timeout_s=5))[0]["volume"].tolist() == [1.0, 2.0, 1.0, 3.0, 1.0]
 
 
+@pytest.mark.parametrize("declared", ["REAL", "DOUBLE", "FLOAT", "NUMERIC", "INTEGER", "", "TEXT"])
+@pytest.mark.parametrize("asked", ["INT64", "BYTES"])
+def test_a_key_column_of_any_declared_type_finds_the_keys_sqlite_matches(tmp_path: Any, declared: str, asked: str) -> None:
+    """A key column declared REAL (pandas' `to_sql` writes an integer id column with a null as
+    one) holds 7.0: the key 7 or "7" finds it, and its features are the row's, not the default
+    (the row was found by SQLite and then dropped, its key read back as '7.0'). Two keys
+    SQLite takes as one number ("7" and "7.0") each get the row; the SQL path, not the held table."""
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "acme.db") as db:
+        db.execute(f"CREATE TABLE t (id {declared}, part {declared}, v REAL)")
+        db.executemany("INSERT INTO t VALUES (?, ?, ?)", [(7, 1, 70.0), (8, 2, 80.0), (7.5, 1, 75.0)])
+    db.close()
+    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db"), lookup_sqlite_hold_rows=0), mode="local")
+    node = Lookup(store="sqlite", table="t", keys={"id": "k"}, features=[{"name": "v", "datatype": "FP32", "default": -1.0}])
+    both = Lookup(store="sqlite", table="t", keys={"id": "k", "part": "p"}, features=[{"name": "v", "datatype": "FP32", "default": -1.0}])
+    if asked == "INT64":
+        keys, want = np.array([7, 8, 9], np.int64), [70.0, 80.0, -1.0]
+    else:
+        keys = np.array(["7", "8", "9", "7.5", "7.0"], object)
+        want = {  # as SQLite compares: text with numbers as numbers, but not in a column of no type
+            "TEXT": [70.0, 80.0, -1.0, 75.0, -1.0], "": [-1.0] * 5,  # TEXT holds "7", "8", "7.5"
+        }.get(declared, [70.0, 80.0, -1.0, 75.0, 70.0])  # fmt: skip
+    assert run(steps.call(node, "acme", {"k": keys}, timeout_s=5))[0]["v"].tolist() == want
+    parts = np.ones(len(keys), np.int64)
+    parts[1] = 2
+    assert run(steps.call(both, "acme", {"k": keys, "p": parts}, timeout_s=5))[0]["v"].tolist() == want
+
+
+@pytest.mark.parametrize("hold_rows", [0, 100])
+def test_sqlite_column_names_match_as_sqlite_matches_them_in_either_case(tmp_path: Any, hold_rows: int) -> None:
+    """A feature or key named in another case than its column is that column (SQLite's names
+    are ASCII-case-insensitive): read, not taken as missing and given its default."""
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "acme.db") as db:
+        db.execute("CREATE TABLE t (customer_id TEXT PRIMARY KEY, avg_amount REAL)")
+        db.executemany("INSERT INTO t VALUES (?, ?)", [("c1", 10.5), ("c2", 20.5)])
+    db.close()
+    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db"), lookup_sqlite_hold_rows=hold_rows), mode="local")
+    node = Lookup(store="sqlite", table="T", keys={"Customer_ID": "k"}, features=[{"name": "AVG_Amount", "datatype": "FP32", "default": -1.0}])
+    for _ in range(3):  # asked for as many keys as the table has rows: held where it may be
+        assert run(steps.call(node, "acme", {"k": np.array(["c1", "c2", "c3"], object)}, timeout_s=5))[0]["AVG_Amount"].tolist() == [10.5, 20.5, -1.0]
+
+
 def test_feast_views_are_listed_per_tenant_and_off_without_a_repository() -> None:
     """Feast itself is read in tests/integration/test_feast_lookups.py; these need no SDK."""
     listed = LookupSettings(lookup_sources={"acme": ["feast:customers"]}, lookup_feast_repo="repos/{tenant}")

@@ -18,7 +18,7 @@ takes the previous step's outputs as a later one.
 
 Per feature, a row whose entity is missing, whose feature is missing (or null), or whose record
 is older than `max_age_s` takes the feature's `default`; a feature without one fails the request
-with a 404 naming the entity's key. The record's event time (`event_time`, epoch seconds or an
+with a 422 naming the entity's key. The record's event time (`event_time`, epoch seconds or an
 ISO-8601 time) is given as `event_time_output` (FP64 epoch seconds, NaN where there is none)
 when the lookup names one; a sequence's `expose` puts it in the answer.
 
@@ -77,7 +77,7 @@ def holds(datatype: str, number: float) -> bool:
 class FeatureSpec(Part):
     name: Attribute = Field(description="The feature's name in the store, and the tensor it becomes.")
     datatype: Literal["BOOL", "INT32", "INT64", "FP32", "FP64", "BYTES"]
-    default: Value | None = Field(None, description="Taken where the value is missing or stale; none: the request fails (404).")
+    default: Value | None = Field(None, description="Taken where the value is missing or stale; none: the request fails (422, naming the entity).")
 
     @model_validator(mode="after")
     def _default_fits(self) -> FeatureSpec:

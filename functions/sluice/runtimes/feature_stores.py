@@ -182,7 +182,7 @@ class SqliteStore(_Counted):
         """Nothing kept of the file's tables: their columns, the questions' SQL, what is held."""
         from sluice.runtimes.sqlite_held import Holding
 
-        self._columns: dict[str, set[str]] = {}
+        self._columns: dict[str, dict[str, str]] = {}  # a table's columns and their declared types
         self._plans: dict[tuple[Any, ...], _Plan] = {}
         self._specs: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # a held table's spec, by what a lookup reads (`rows`)
         self._holding = Holding(self._hold_rows)
@@ -222,18 +222,18 @@ class SqliteStore(_Counted):
         then forgets them."""
         wanted = _wanted(features, event_time)
         columns = self._columns.get(table)
-        if columns is None or not columns.issuperset(wanted):
+        if columns is None or not columns.keys() >= set(map(_folded, wanted)):
             # A table or view the file declares: not one of SQLite's own (`pragma_database_list`
             # would answer with the file's path), whatever its name.
             declared = db.execute("SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ? COLLATE NOCASE", (table,)).fetchone()
-            columns = {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')} if declared else set()
+            columns = {_folded(row[1]): row[2] or "" for row in db.execute(f'PRAGMA table_info("{table}")')} if declared else {}
             if not columns:  # not kept: the table may be made later
                 raise BackendError(f"the features file has no table '{table}'")
             self._columns[table] = columns
-        missing = [k for k in key_names if k not in columns]
+        missing = [k for k in key_names if _folded(k) not in columns]
         if missing:
             raise BackendError(f"table '{table}' has no key column '{missing[0]}'")
-        return [c for c in wanted if c in columns]
+        return [c for c in wanted if _folded(c) in columns]
 
     def rows(self, node: Lookup, together: list[Any], key_types: Sequence[str]) -> Values | None:
         """Each row's values straight from the table held in memory (no store call), where it
@@ -267,17 +267,28 @@ class SqliteStore(_Counted):
         shape = (table, tuple(key_names), tuple(features), event_time, tuple(types), n)
         plan = self._plans.get(shape)
         if plan is None:
+            from sluice.runtimes.sqlite_held import affinity
+
             read = self._read(db, table, key_names, features, event_time)
-            cols = ", ".join(f'"{c}"' for c in (*key_names, *read))
-            if len(key_names) == 1:
-                where = f'"{key_names[0]}" IN ({", ".join("?" * n)})'
+            one = "(" + ", ".join("?" * len(key_names)) + ")"
+            if all(affinity(self._columns[table][_folded(k)]) == "TEXT" for k in key_names):  # a key found is the text asked
+                cols = ", ".join(f'"{c}"' for c in (*key_names, *read))
+                if len(key_names) == 1:
+                    where = f'"{key_names[0]}" IN ({", ".join("?" * n)})'
+                else:
+                    where = f"({', '.join(chr(34) + k + chr(34) for k in key_names)}) IN (VALUES {', '.join([one] * n)})"
+                where += "".join(f' AND "{k}" <> \'\'' for k in key_names)  # a key of empty text is in no store (`lookups.ask`), as held
+                sql = f'SELECT {cols} FROM "{table}" WHERE {where}'
             else:
-                one = "(" + ", ".join("?" * len(key_names)) + ")"
-                where = f"({', '.join(chr(34) + k + chr(34) for k in key_names)}) IN (VALUES {', '.join([one] * n)})"
-            where += "".join(f' AND "{k}" <> \'\'' for k in key_names)  # a key of empty text is in no store (`lookups.ask`), as held
+                # A key column of numbers (or of no type): SQLite compares as numbers ('7' asked
+                # finds 7.0) and the key read back is not the text asked ('7.0'), so each row comes
+                # with the key that asked for it: the question's own values joined to the table.
+                asked = ", ".join(f"a.column{i + 1}" for i in range(len(key_names)))
+                on = " AND ".join(f't."{k}" = a.column{i + 1} AND t."{k}" <> \'\'' for i, k in enumerate(key_names))
+                sql = f'SELECT {", ".join((asked, *(f"t.{chr(34)}{c}{chr(34)}" for c in read)))} FROM (VALUES {", ".join([one] * n)}) AS a JOIN "{table}" AS t ON {on}'
             at = {c: len(key_names) + i for i, c in enumerate(read)}  # each column read's place in a row
             places = (tuple((f, at.get(f)) for f in features), at.get(event_time))
-            plan = (read, (table, shape[1], tuple(read), shape[4]), f'SELECT {cols} FROM "{table}" WHERE {where}', places)
+            plan = (read, (table, shape[1], tuple(read), shape[4]), sql, places)
             if len(read) == len(_wanted(features, event_time)):  # a column missing: asked again, it may be added
                 keep(self._plans, shape, plan, PLANS)  # a batch job's chunks ask for many counts of keys
         return plan
@@ -314,6 +325,11 @@ class SqliteStore(_Counted):
         found: list[Key] = [(k if type(k) is str else str(k),) for k in columns[0]] if n == 1 else list(zip(*(map(str, c) for c in columns[:n]), strict=True))
         empty = [None] * len(rows)
         return Found(found, {f: list(empty) if i is None else list(columns[i]) for f, i in places}, empty if when is None else list(columns[when]))
+
+
+def _folded(column: str) -> str:
+    """A column's name as SQLite matches it: ASCII letters in either case alike, nothing else."""
+    return column.encode("utf-8", "surrogatepass").lower().decode("utf-8", "surrogatepass")
 
 
 def _wanted(features: Sequence[str], event_time: str) -> list[str]:
