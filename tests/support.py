@@ -173,13 +173,14 @@ def connection_refused(port: int) -> bool:
 
 
 @contextmanager
-def serving(app: Any, *, port: int | None = None) -> Iterator[str]:
+def serving(app: Any, *, port: int | None = None, http: str = "auto") -> Iterator[str]:
     """The ASGI `app` served by uvicorn on a thread, on loopback at `port` (a free one by
-    default); yields its URL once it listens, and stops it when the block ends."""
+    default); yields its URL once it listens, and stops it when the block ends. `http`:
+    uvicorn's protocol (`sluice serve`'s is `sluice.cli.protocol:GuardedHttpToolsProtocol`)."""
     import uvicorn
 
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", http=http))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

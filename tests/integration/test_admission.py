@@ -100,13 +100,13 @@ def service(demo: Container, acme: Principal, globex: Principal) -> Iterator[tup
             runtime.gate.set()
 
 
-def _simple(base: str, key: str, deployment: str = "slow") -> httpx.Response:
-    return http("POST", f"{base}/api/v1/predictions", json={"deployment": deployment, "inputs": [ROW]}, headers=auth(key), timeout=30)
+def _simple(base: str, key: str, deployment: str = "slow", timeout: float = 30) -> httpx.Response:
+    return http("POST", f"{base}/api/v1/predictions", json={"deployment": deployment, "inputs": [ROW]}, headers=auth(key), timeout=timeout)
 
 
-def _v2(base: str, key: str, deployment: str = "slow") -> httpx.Response:
+def _v2(base: str, key: str, deployment: str = "slow", timeout: float = 30) -> httpx.Response:
     body = {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": ROW}]}
-    return http("POST", f"{base}/v2/models/{deployment}/infer", json=body, headers=auth(key), timeout=30)
+    return http("POST", f"{base}/v2/models/{deployment}/infer", json=body, headers=auth(key), timeout=timeout)
 
 
 def _until(condition: Any) -> None:
@@ -151,6 +151,37 @@ def test_a_full_worker_answers_503_at_once_and_still_answers_health_and_metrics(
     # Every slot came back: the limit again, one after another.
     for _ in range(LIMIT + 1):
         assert _simple(base, key).status_code == 200
+
+
+@pytest.mark.parametrize("route", [_simple, _v2], ids=["simple", "v2"])
+def test_a_client_that_leaves_gives_back_its_slot_its_call_cancelled_and_counted(demo: Container, acme: Principal, route: Any) -> None:
+    """Under `sluice serve`'s protocol, a client that leaves while its prediction waits on the
+    backend cancels it: the slot is free at once for the next request (not when the abandoned
+    call ends), and each abandoned request is counted once, as `cancelled` (499), not answered."""
+    runtime = GatedRuntime()
+    demo.runtimes["sagemaker"] = runtime
+    add_fake(demo.registry, "acme", "slow", gated=True)
+    add_fake(demo.registry, "acme", "quick")
+    demo.deployments.create(acme, "slow", {"kind": "single", "model": "slow", "version": 1})
+    demo.deployments.create(acme, "quick", {"kind": "single", "model": "quick", "version": 1})
+    demo.telemetry.sink = PrometheusMetrics()  # type: ignore[union-attr]
+    admission = demo.settings.admission
+    admission.max_predictions_in_flight, admission.max_in_flight_per_key = LIMIT, 0
+    key = api_keys(demo)["acme"]
+    with serving(create_app(demo), http="sluice.cli.protocol:GuardedHttpToolsProtocol") as base:
+        try:
+            with ThreadPoolExecutor(LIMIT) as pool:
+                left = [pool.submit(route, base, key, "slow", 0.5) for _ in range(LIMIT)]
+                for future in left:
+                    with pytest.raises(httpx.TimeoutException):  # the client gives up and closes its connection
+                        future.result()
+            _until(lambda: runtime.waiting == 0)  # every backend call cancelled, the gate still shut
+            assert route(base, key, "quick").status_code == 200  # a slot, at once
+            metrics = http("GET", f"{base}/metrics", headers=auth(key)).text
+            assert value(metrics, "ml_inference_errors_total", tenant="acme", deployment="slow", status="499", code="cancelled") == LIMIT
+            assert value(metrics, "ml_inference_requests_total", tenant="acme", deployment="slow") == LIMIT
+        finally:
+            runtime.gate.set()
 
 
 def test_a_websocket_message_past_the_limit_is_answered_503_and_the_connection_stays_open(service: tuple[str, dict[str, str], GatedRuntime]) -> None:

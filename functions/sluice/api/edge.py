@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
@@ -48,6 +49,10 @@ PUBLIC = frozenset({"/healthz", "/readyz", "/v2", "/v2/", "/v2/health/live", "/v
 PRINCIPAL = "sluice.principal"
 JSON_BOOLS = "sluice.json_bools"  # set by the edge for a hot route's handler: see `Edge._answer`
 DEPLOYMENT = "sluice.deployment"  # the deployment a parsed simple-JSON body names (failures are counted by it)
+# What the server calls when the request's client leaves (`sluice serve`'s protocol puts a list
+# in the scope; other servers none): while a hot route's handler works, the edge's `_leaving`.
+CLIENT_GONE = "sluice.client_gone"
+CLIENT_LEFT = "sluice.client_left"  # set once the client left mid-request: its task was cancelled for it
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,13 @@ class Edge:
         try:
             if found is not None:
                 route, params = found
-                response = await self._answer(route, params, container, principal, scope, headers, receive)
+                try:
+                    response = await self._answer(route, params, container, principal, scope, headers, receive)
+                except asyncio.CancelledError:
+                    if not scope.get(CLIENT_LEFT):
+                        raise
+                    asyncio.current_task().uncancel()  # type: ignore[union-attr]  # nobody to answer: the slot is given back below
+                    return
                 if not released:
 
                     async def sending(message: Message) -> None:
@@ -270,7 +281,15 @@ class Edge:
             # reads its operand as an integer (a TypeError made, formatted and dropped each time).
             text = raw if type(raw) is bytes else bytes(raw or b"")
             scope[JSON_BOOLS] = text.find(b"true") >= 0 or text.find(b"false") >= 0
-            response = await route.handler(container, principal, parsed, scope, headers, **path)
+            gone = scope.get(CLIENT_GONE) if receive is not None else None
+            if gone is None:
+                response = await route.handler(container, principal, parsed, scope, headers, **path)
+            else:  # its client leaving cancels the work: the model's call, the slot it holds
+                gone.append(_leaving(scope))
+                try:
+                    response = await route.handler(container, principal, parsed, scope, headers, **path)
+                finally:
+                    gone.clear()
             if accepts_gzip(scope):
                 await gzip_whole(response)
             if behind_api_gateway(scope):
@@ -286,6 +305,18 @@ class Edge:
                 scope[DEPLOYMENT] = _named_deployment(raw)
             await counted(container, principal, params, scope, exc, status, str(content.get("code", "")))  # an Accepted (202) is no failure: not counted
             return JSONResponse(content, status_code=status, headers=headers)
+
+
+def _leaving(scope: Scope) -> Callable[[], None]:
+    """What the server calls when the client of the request `scope` is for leaves: the request's
+    task cancelled (`predict` counts it, `cancelled`), and marked so the edge answers nobody."""
+    task = asyncio.current_task()
+
+    def left() -> None:
+        scope[CLIENT_LEFT] = True
+        task.cancel()  # type: ignore[union-attr]
+
+    return left
 
 
 def _within_lambda(response: Response, limit: int, rows: str) -> Response:

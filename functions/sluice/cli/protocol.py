@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from sluice.api.edge import CLIENT_GONE
 from sluice.settings import get_settings
 
 if TYPE_CHECKING:
@@ -59,10 +60,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         if self.cycle is not cycle:  # a request, not an upgrade: uvicorn's cycle, made one that may close
             self.cycle.__class__ = ClosingCycle  # no state of its own; the request's task has not run yet
+            self.cycle.scope[CLIENT_GONE] = []  # what to call if its client leaves mid-request (`Edge`)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        cycle = self.cycle
         super().connection_lost(exc)
+        if cycle is not None and not cycle.response_complete:  # its client left mid-request: the work is cancelled
+            for leaving in cycle.scope.get(CLIENT_GONE, ()):
+                leaving()
 
     def _arm(self) -> None:
         self.header_timer = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)

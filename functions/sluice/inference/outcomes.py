@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     from sluice.stats.recorder import StatsRecorder
 
 COUNTED = "_sluice_counted"
+# A request given up while it was worked on (its client left, its call was cancelled): counted as
+# failed with this status (nginx's "client closed request") and code `cancelled`; never sent.
+CANCELLED = 499
 # A request refused for what it carries (the caller's to fix): `invalid_input_rate`'s numerator.
 INPUT_CODES = frozenset({"bad_request", "invalid_input", "invalid_request", "unprocessable", "payload_too_large"})
 

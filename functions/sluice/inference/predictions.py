@@ -13,6 +13,7 @@ read and decoded as the body of the route that named it, and predicted from as a
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,7 @@ from sluice.inference.deployment_reads import DeploymentReads
 from sluice.inference.execution import MAX_REF_DEPTH, MIRROR, Call, PolicyRunner, no_routing, within
 from sluice.inference.graphs import answer_signature, input_signature
 from sluice.inference.inputs import decode_inputs
-from sluice.inference.outcomes import Outcomes
+from sluice.inference.outcomes import CANCELLED, Outcomes
 from sluice.inference.parsed import ParsedPolicies
 from sluice.inference.references import deleted_at, pin, pin_refs, referenced, unpin, walk_through
 from sluice.inference.reports import Reports
@@ -131,6 +132,9 @@ class PredictionService:
             return await self._predict(principal, request)
         except SluiceError as error:
             await self.outcomes.failed(principal.tenant, request.deployment, error, fields=request.log_fields)
+            raise
+        except asyncio.CancelledError as cancelled:  # its client left (a gRPC call's, an HTTP request's): a request all the same
+            await self.outcomes.failed(principal.tenant, request.deployment, cancelled, status=CANCELLED, code="cancelled", fields=request.log_fields)
             raise
         finally:
             unpin(pinned)

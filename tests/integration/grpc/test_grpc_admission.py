@@ -284,6 +284,32 @@ def test_one_tenant_holding_every_call_open_cannot_keep_another_tenant_out(serve
             holder.join(10)
 
 
+def test_a_call_its_client_gives_up_on_is_counted_once_as_cancelled(served: Container, acme: Principal, keys: dict[str, str]) -> None:
+    """A call cancelled by its client's deadline while the backend works is a request counted
+    once, as `cancelled` (499) under its deployment, as over HTTP (it was counted nowhere), and
+    its backend call cancelled."""
+    from sluice.metrics import PrometheusMetrics
+    from tests.integration.test_metrics import value
+
+    runtime = GatedRuntime()
+    served.runtimes["sagemaker"] = runtime
+    served.telemetry.sink = PrometheusMetrics()
+    add_fake(served.registry, "acme", "slow", gated=True)
+    served.deployments.create(acme, "slow", {"kind": "single", "model": "slow", "version": 1})
+    with run_server(served) as url:
+        client = grpcclient.InferenceServerClient(url)
+        for _ in range(3):
+            assert fails(client.infer, "slow", [_row()], headers=auth(keys["acme"]), client_timeout=0.3).status() == "StatusCode.DEADLINE_EXCEEDED"
+        deadline = time.monotonic() + 20
+        while runtime.waiting and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert runtime.waiting == 0  # the gate still shut: each backend call was cancelled
+        runtime.gate.set()
+    text = served.telemetry.sink.exposition("acme").decode()  # type: ignore[union-attr]
+    assert value(text, "ml_inference_errors_total", tenant="acme", deployment="slow", status="499", code="cancelled") == 3
+    assert value(text, "ml_inference_requests_total", tenant="acme", deployment="slow") == 3
+
+
 def test_an_inference_refused_at_the_workers_call_cap_is_counted_as_refused_and_failed(served: Container, keys: dict[str, str]) -> None:
     """A call refused because the worker's gRPC calls are all taken is counted as every door's
     refusals are (`ml_inference_refused_total`), and a prediction refused as a failed request."""
