@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from sluice.wiring import Container
 
 LIMIT = 4
+GUARDED = "sluice.cli.protocol:GuardedHttpToolsProtocol"  # `sluice serve`'s protocol
 FUNCTIONS = REPO / "functions"
 ROW = [0.1, 0.2, 0.3, 0.4]
 
@@ -93,7 +94,7 @@ def service(demo: Container, acme: Principal, globex: Principal) -> Iterator[tup
     admission = demo.settings.admission
     admission.max_predictions_in_flight, admission.tenant_share, admission.max_in_flight_per_key = LIMIT, 0.5, 0
     keys = api_keys(demo)
-    with serving(create_app(demo)) as url:
+    with serving(create_app(demo), http=GUARDED) as url:
         try:
             yield url, keys, runtime
         finally:
@@ -168,7 +169,7 @@ def test_a_client_that_leaves_gives_back_its_slot_its_call_cancelled_and_counted
     admission = demo.settings.admission
     admission.max_predictions_in_flight, admission.max_in_flight_per_key = LIMIT, 0
     key = api_keys(demo)["acme"]
-    with serving(create_app(demo), http="sluice.cli.protocol:GuardedHttpToolsProtocol") as base:
+    with serving(create_app(demo), http=GUARDED) as base:
         try:
             with ThreadPoolExecutor(LIMIT) as pool:
                 left = [pool.submit(route, base, key, "slow", 0.5) for _ in range(LIMIT)]
@@ -182,6 +183,48 @@ def test_a_client_that_leaves_gives_back_its_slot_its_call_cancelled_and_counted
             assert value(metrics, "ml_inference_requests_total", tenant="acme", deployment="slow") == LIMIT
         finally:
             runtime.gate.set()
+
+
+def _stalled(base: str, key: str, path: str = "/v2/models/slow/infer") -> Any:
+    """A request whose headers and first bytes are sent and whose body then stalls (or
+    trickles): an open socket."""
+    import socket
+
+    host, port = base.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 100000\r\n\r\n{\"inputs\": [".encode()
+    )
+    return sock
+
+
+def test_bodies_trickled_in_by_one_tenant_cannot_keep_another_tenant_out(service: tuple[str, dict[str, str], GatedRuntime]) -> None:
+    """acme fills the worker with requests whose bodies stall; globex, turned away, takes back
+    the slots acme holds above its share while they still wait for their bodies: globex is
+    answered at once (not when acme's bodies time out), acme's newest readers get 503
+    `overloaded` and their connections close, and acme keeps its share."""
+    base, keys, _ = service
+    sockets = [_stalled(base, keys["acme"]) for _ in range(LIMIT)]
+    try:
+        time.sleep(0.3)  # every one admitted, reading its body
+        assert _simple(base, keys["acme"], timeout=5).status_code == 503  # full
+        answered = _v2(base, keys["globex"], "quick", timeout=5)
+        assert answered.status_code == 200, answered.text
+        evicted = []
+        for sock in sockets:
+            sock.settimeout(0.5)
+            with contextlib.suppress(TimeoutError):
+                evicted.append(sock.recv(65536).decode())
+        assert len(evicted) == LIMIT // 2  # down to acme's share; the others still wait for their bodies
+        for answer in evicted:
+            head, _, body = answer.partition("\r\n\r\n")
+            assert head.startswith("HTTP/1.1 503") and "connection: close" in head.lower() and "retry-after: 1" in head.lower()
+            assert json.loads(body)["code"] == "overloaded"
+        assert _v2(base, keys["globex"], "quick", timeout=5).status_code == 200
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def test_a_websocket_message_past_the_limit_is_answered_503_and_the_connection_stays_open(service: tuple[str, dict[str, str], GatedRuntime]) -> None:

@@ -242,3 +242,85 @@ def test_any_enters_and_leaves_keep_every_count_and_refuse_only_by_the_rules(
             assert capacity.count(tenant) == sum(1 for p, was in held if was and p.tenant == tenant)
         for subject in {p.subject for p, _ in held}:
             assert admission.per_key.count(subject) == sum(1 for p, _ in held if p.subject == subject) <= per_key  # type: ignore[union-attr]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    limit=st.integers(1, 6),
+    share=st.sampled_from([0.25, 0.5, 1.0]),
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("enter"), st.sampled_from(["a", "b", "c"])),
+            st.tuples(st.just("read"), st.integers(0, 40)),
+            st.tuples(st.just("leave"), st.integers(0, 40)),
+            st.tuples(st.just("wait"), st.sampled_from([0.5, 3.0])),
+        ),
+        max_size=40,
+    ),
+)
+def test_slots_held_while_bodies_arrive_go_to_a_tenant_turned_away_down_to_each_share(limit: int, share: float, steps: list[tuple[str, Any]]) -> None:
+    """Predictions entering (each then reading its body), their bodies coming in, and leaving,
+    in any order: a tenant that finds the process full takes back the slots every other tenant
+    holds above its share while their bodies still arrive (the newest first), is admitted where
+    that made room, and refused otherwise; an evicted prediction's task is cancelled and gives
+    back its key alone. The counts stay what the model says, never above the limit."""
+
+    class Task:  # what eviction cancels
+        cancelled = False
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+    clock = _Clock()
+    capacity = Capacity(limit, share, clock=clock)
+    admission = Admission(None, capacity)
+    held: list[list[Any]] = []  # admitted, not left: [tenant, reading or None, evicted, task]
+    turned_away: dict[str, float] = {}
+    for kind, what in steps:
+        if kind == "wait":
+            clock.now += what
+        elif kind == "read":
+            readers = [h for h in held if h[1] is not None]
+            if readers:
+                one = readers[what % len(readers)]
+                capacity.read(one[1])
+                one[1] = None
+        elif kind == "leave":
+            if held:
+                tenant, reading, evicted, _ = held.pop(what % len(held))
+                if reading is not None:
+                    capacity.read(reading)
+                admission.leave(Principal(tenant, frozenset({"predict"}), tenant), prediction=not evicted)
+        else:
+            counted = {t: sum(1 for h in held if h[0] == t and not h[2]) for t in "abc"}
+            others = any(n for t, n in counted.items() if t != what) or any(t != what and clock.now - at <= CONTENDED_S for t, at in turned_away.items())
+            to_evict = []
+            if counted[what] >= capacity.share and capacity.share < limit and others:
+                expected = "tenant_overloaded"
+            elif sum(counted.values()) >= limit:
+                for t in "abc":
+                    readers = [h for h in held if h[0] == t and h[1] is not None and not h[2]]
+                    while t != what and readers and counted[t] > capacity.share:
+                        to_evict.append(readers.pop())
+                        counted[t] -= 1
+                expected = None if sum(counted.values()) < limit else "overloaded"
+            else:
+                expected = None
+            try:
+                admission.enter(Principal(what, frozenset({"predict"}), what))
+                got = None
+            except SluiceError as refused:
+                got = refused.code
+            assert got == expected, (what, held)
+            for victim in to_evict:
+                assert victim[1].evicted and victim[3].cancelled
+                victim[2] = True
+            assert all(h[3].cancelled == h[2] for h in held)  # only those evicted
+            if got == "overloaded" or to_evict:
+                turned_away[what] = clock.now
+            if got is None:
+                task = Task()
+                held.append([what, capacity.reading(what, task), False, task])  # type: ignore[arg-type]
+        assert capacity.count() == sum(1 for h in held if not h[2]) <= limit
+        for tenant in "abc":
+            assert capacity.count(tenant) == sum(1 for h in held if h[0] == tenant and not h[2])

@@ -31,8 +31,9 @@ from sluice.api.encoding import accepts_gzip, behind_api_gateway, gzip_whole
 from sluice.api.errors import error_content, error_response
 from sluice.api.responses import JSONResponse, lambda_size_over
 from sluice.codecs.binary import HEADER, split_body
-from sluice.domain.errors import PayloadTooLarge
+from sluice.domain.errors import Overloaded, PayloadTooLarge
 from sluice.registry.scope import bind_tenant, unbind_tenant
+from sluice.services.admission import RETRY_AFTER_S
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -53,6 +54,7 @@ DEPLOYMENT = "sluice.deployment"  # the deployment a parsed simple-JSON body nam
 # in the scope; other servers none): while a hot route's handler works, the edge's `_leaving`.
 CLIENT_GONE = "sluice.client_gone"
 CLIENT_LEFT = "sluice.client_left"  # set once the client left mid-request: its task was cancelled for it
+EVICTED = "sluice.evicted"  # set where the slot was taken back for another tenant while the body came (`Capacity`)
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,8 @@ class Edge:
                         raise
                     asyncio.current_task().uncancel()  # type: ignore[union-attr]  # nobody to answer: the slot is given back below
                     return
+                if scope.get(EVICTED):  # its slot given to another tenant already: its key's alone to give back
+                    prediction = False
                 if not released:
 
                     async def sending(message: Message) -> None:
@@ -268,7 +272,10 @@ class Edge:
         raw: bytes | memoryview | None = None
         try:
             path = route.parse_params(params)
-            raw = body if receive is None else await read_body(receive, container.settings.limits.body_timeout_s)
+            if receive is None:
+                raw = body
+            else:
+                raw = await _body_unless_evicted(container, principal, scope, receive)
             if route.binary:
                 declared = headers.get(HEADER)
                 if declared is not None:
@@ -305,6 +312,31 @@ class Edge:
                 scope[DEPLOYMENT] = _named_deployment(raw)
             await counted(container, principal, params, scope, exc, status, str(content.get("code", "")))  # an Accepted (202) is no failure: not counted
             return JSONResponse(content, status_code=status, headers=headers)
+
+
+async def _body_unless_evicted(container: Container, principal: Principal, scope: Scope, receive: Receive) -> bytes:
+    """The request's body (`read_body`), its slot held while it comes unless another tenant is
+    turned away meanwhile and this tenant holds more than its share (`Capacity.reading`): then a
+    503 `overloaded`, and the connection closed (the rest of the body is not waited for)."""
+    admission = container.admission
+    reading = admission.reading(principal) if admission is not None else None
+    if reading is None:
+        return await read_body(receive, container.settings.limits.body_timeout_s)
+    try:
+        return await read_body(receive, container.settings.limits.body_timeout_s)
+    except asyncio.CancelledError:
+        if not reading.evicted:
+            raise
+        asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        scope[EVICTED] = True
+        raise Overloaded(
+            "the service is at capacity and this tenant holds more than its share of it while its body was still "
+            f"arriving: its slot went to another tenant; retry in {RETRY_AFTER_S} s",
+            retry_after_s=RETRY_AFTER_S,
+            limit=admission.capacity.limit if admission.capacity is not None else None,  # type: ignore[union-attr]
+        ) from None
+    finally:
+        admission.read(reading)  # type: ignore[union-attr]
 
 
 def _leaving(scope: Scope) -> Callable[[], None]:

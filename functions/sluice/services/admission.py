@@ -13,7 +13,10 @@ Three counts, all of this process, each refusing at once rather than letting wor
   wants the process too (it has predictions in flight, or was refused for lack of room in the
   last `CONTENDED_S`): past it a 429 `tenant_overloaded`. A tenant alone may use every slot;
   once another one shows up, the first gets no new slot above its share, so the slots it gives
-  back go to the other.
+  back go to the other. A slot is taken before the request's body is read (it bounds the bodies
+  held too); one whose body is still arriving is taken back for a tenant that finds the process
+  full, from a tenant above its share (`Capacity.reading`), so bodies trickled in for as long
+  as each may take cannot keep another tenant out.
 
 `Admission` puts them together for the transports: the HTTP edge, the WebSocket route and the
 gRPC service all enter and leave through the same object, the container's. One event loop does
@@ -25,6 +28,7 @@ time, and API Gateway's usage plans and throttling bound each tenant.
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 import math
 import time
@@ -92,6 +96,18 @@ class InFlight(_Held):
         return self._held.get(key, 0)
 
 
+class Reading:
+    """A prediction whose slot is held while its body arrives (`Capacity.reading`): the task
+    waiting for it, cancelled if the slot is taken back for another tenant (`evicted`)."""
+
+    __slots__ = ("evicted", "task", "tenant")
+
+    def __init__(self, tenant: str, task: asyncio.Task[object] | None) -> None:
+        self.tenant = tenant
+        self.task = task
+        self.evicted = False
+
+
 class Capacity(_Held):
     """Predictions in flight in this process, at most `limit`; a tenant at most `share` of
     them while another tenant wants some (see the module's text)."""
@@ -108,6 +124,7 @@ class Capacity(_Held):
         self.refused = 0  # predictions refused since the process started, either way
         self._held: dict[str, int] = {}
         self._turned_away: dict[str, float] = {}  # tenants refused for lack of room, and when
+        self._reading: dict[str, list[Reading]] = {}  # predictions waiting for their bodies, by tenant
         self._clock = clock
 
     def enter(self, tenant: str) -> None:
@@ -123,7 +140,7 @@ class Capacity(_Held):
                 retry_after_s=RETRY_AFTER_S,
                 limit=self.share,
             )
-        if self.total >= self.limit:
+        if self.total >= self.limit and not self._room_from_readers(tenant):
             self.refused += 1
             self._turned_away[tenant] = self._clock()
             raise Overloaded(
@@ -141,6 +158,41 @@ class Capacity(_Held):
 
     def count(self, tenant: str | None = None) -> int:
         return self.total if tenant is None else self._held.get(tenant, 0)
+
+    def reading(self, tenant: str, task: asyncio.Task[object] | None) -> Reading:
+        """A prediction of `tenant` (entered) starts reading its body: until `read`, its slot may
+        be taken back for another tenant turned away while `tenant` holds more than its share."""
+        reading = Reading(tenant, task)
+        self._reading.setdefault(tenant, []).append(reading)
+        return reading
+
+    def read(self, reading: Reading) -> None:
+        """Its body is in (or it failed): its slot is its own until `leave`."""
+        readers = self._reading.get(reading.tenant)
+        if readers is not None and not reading.evicted:
+            readers.remove(reading)
+            if not readers:
+                del self._reading[reading.tenant]
+
+    def _room_from_readers(self, tenant: str) -> bool:
+        """Room for `tenant` in a full process, taken from the tenants above their share whose
+        predictions still wait for their bodies (bodies trickled in hold no slot against
+        another tenant, however long each may take): the newest of them cancelled and their
+        slots given back, down to each tenant's share. Whether there is room now."""
+        for other, readers in list(self._reading.items()):
+            while other != tenant and readers and self._held.get(other, 0) > self.share:
+                reading = readers.pop()
+                reading.evicted = True
+                count_down(self._held, other)  # its `leave` gives back nothing more (the edge's)
+                self.total -= 1
+                if reading.task is not None:
+                    reading.task.cancel()
+            if not readers:
+                del self._reading[other]
+        if self.total < self.limit:
+            self._turned_away[tenant] = self._clock()  # it wanted room: the others keep to their shares
+            return True
+        return False
 
     def _contended(self, tenant: str) -> bool:
         """Whether another tenant wants room: it has predictions in flight here, or it was
@@ -192,8 +244,18 @@ class Admission:
                 self.telemetry.refused(tenant=principal.tenant, code=refused.code)
             raise
 
+    def reading(self, principal: Principal) -> Reading | None:
+        """This task's prediction (entered) is reading its body (`Capacity.reading`); None where
+        predictions are not counted."""
+        return self.capacity.reading(principal.tenant, asyncio.current_task()) if self.capacity is not None else None
+
+    def read(self, reading: Reading | None) -> None:
+        if reading is not None and self.capacity is not None:
+            self.capacity.read(reading)
+
     def leave(self, principal: Principal, *, key: bool = True, prediction: bool = True) -> None:
-        """The request `enter` counted is over, however it ended."""
+        """The request `enter` counted is over, however it ended (a prediction whose slot was
+        taken back while it read its body gives back its key's alone: `prediction` False)."""
         if prediction and self.capacity is not None:
             self.capacity.leave(principal.tenant)
         if key and self.per_key is not None:
