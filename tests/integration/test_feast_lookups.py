@@ -73,7 +73,8 @@ def make_repo(repo: Path, customers: dict[str, tuple[Any, ...]], *, many: int = 
             "event_timestamp": [datetime.fromtimestamp(v[2], UTC) for v in customers.values()] + [datetime.now(UTC)] * many,
         }
     )
-    cards = pd.DataFrame({"card_id": [7, 7, 8], "merchant_id": ["shop", "cafe", "shop"], "spend": [12.5, 3.0, 99.0], "event_timestamp": [datetime.now(UTC)] * 3})
+    now, old = datetime.now(UTC), datetime.now(UTC) - timedelta(days=3)  # card 10's record: past the view's ttl of a day
+    cards = pd.DataFrame({"card_id": [7, 7, 8, 10], "merchant_id": ["shop", "cafe", "shop", "shop"], "spend": [12.5, 3.0, 99.0, 5.0], "event_timestamp": [now, now, now, old]})
     rows.to_parquet(repo / "data" / "customers.parquet")
     cards.to_parquet(repo / "data" / "cards.parquet")
     customer = Entity(name="customer", join_keys=["customer_id"], value_type=ValueType.STRING)
@@ -171,6 +172,27 @@ def test_two_entities_one_an_integer_key(world: World) -> None:
     arrays = {"card": np.array([7, 8, 7, 9]), "merchant": np.array(["cafe", "shop", "shop", "shop"], dtype=object)}
     out, calls = run(world.lookups.call(node, "acme", arrays, timeout_s=30))
     assert out["spend"].tolist() == [3.0, 99.0, 12.5, -1.0] and calls == 1
+
+
+def test_a_value_older_than_its_views_ttl_is_missing_and_a_key_not_joined_on_is_named(world: World) -> None:
+    """Feast's online read serves a value past its view's `ttl` as present: sluice applies the
+    `ttl` (card 10's spend, three days old in a view of a day, takes its default, or fails
+    naming the entity), as the docs say. A key the view does not join on names the view's keys."""
+    from sluice.domain.errors import BackendError, Unprocessable
+    from sluice.domain.lookups import Lookup
+
+    def node(default: bool, **keys: str) -> Lookup:
+        return Lookup.model_validate({
+            "store": "feast", "table": "card_merchant", "keys": keys or {"card_id": "card", "merchant_id": "merchant"},
+            "features": [{"name": "spend", "datatype": "FP64", **({"default": -1.0} if default else {})}],
+        })  # fmt: skip
+
+    arrays = {"card": np.array([10, 8]), "merchant": np.array(["shop", "shop"], dtype=object)}
+    assert run(world.lookups.call(node(True), "acme", arrays, timeout_s=30))[0]["spend"].tolist() == [-1.0, 99.0]
+    with pytest.raises(Unprocessable, match="card_id='10', merchant_id='shop' in feast 'card_merchant': the feature is missing"):
+        run(world.lookups.call(node(False), "acme", arrays, timeout_s=30))
+    with pytest.raises(BackendError, match="no join key 'card' \\(its join keys: card_id, merchant_id\\)"):
+        run(world.lookups.call(node(True, card="card", merchant_id="merchant"), "acme", arrays, timeout_s=30))
 
 
 def test_distinct_keys_go_in_calls_of_a_thousand_never_one_a_row(world: World) -> None:

@@ -9,7 +9,7 @@ call, in the thread that makes it, never when sluice starts; a process without i
 call with a 502 naming the extra to install.
 
 What a lookup reads, as the other stores give it (`Found`): an entity whose every feature Feast
-reports NOT_FOUND is absent; a feature that is null, that Feast reports outside its own TTL, or
+reports NOT_FOUND is absent; a feature that is null, older than its feature view's `ttl`, or
 that the feature view does not define is missing (None); the record's time is Feast's event
 time of its features (epoch seconds), which `max_age_s` and `event_time_output` read.
 """
@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sluice.domain.errors import BackendError, SluiceError, Unavailable
 from sluice.runtimes.feature_stores import Found, _Counted, aws_error
@@ -66,6 +66,12 @@ def prometheus_folders_kept() -> Iterator[None]:
                 os.environ[name] = value
 
 
+class _View(NamedTuple):
+    features: frozenset[str]  # the features it defines
+    ttl_s: float  # its `ttl` in seconds (0: none): a feature's value older is missing
+    join_keys: tuple[str, ...]  # its entities' join keys, the only keys it is read by
+
+
 class FeastStore(_Counted):
     """`repo_path`: the folder of the repository's `feature_store.yaml`. Calls run in threads
     (a DynamoDB online store is a network read) one at a time: Feast's registry cache and its
@@ -79,7 +85,7 @@ class FeastStore(_Counted):
         self.repo_path = repo_path
         self._lock = threading.Lock()
         self._feast: Any = None
-        self._defined: dict[str, tuple[frozenset[str], float]] = {}  # view: its features, until when
+        self._defined: dict[str, tuple[_View, float]] = {}  # a feature view, and until when it is kept
 
     def _store(self) -> Any:
         if self._feast is None:
@@ -101,8 +107,11 @@ class FeastStore(_Counted):
             self._counted()
             try:
                 store = self._store()
-                defined = self._features_of(store, table)
-                read = [f for f in features if f in defined]  # one the view does not define: a missing feature
+                view = self._view(store, table)
+                unknown = [k for k in key_names if k not in view.join_keys]
+                if unknown:
+                    raise BackendError(f"Feast feature view '{table}' has no join key '{unknown[0]}' (its join keys: {', '.join(view.join_keys)})")
+                read = [f for f in features if f in view.features]  # one the view does not define: a missing feature
                 if not read:
                     return Found(list(keys), {f: [None] * len(keys) for f in features}, [None] * len(keys))
                 response = store.get_online_features(features=[f"{table}:{f}" for f in read], entity_rows=rows, full_feature_names=False)
@@ -115,10 +124,10 @@ class FeastStore(_Counted):
                     raise aws_error(exc, f"the online store of Feast feature view '{table}'") from None
                 log.warning("lookup: Feast failed", extra={"feature_view": table, "error_type": type(exc).__name__, "error": str(exc)[:500]})
                 raise BackendError(f"reading Feast feature view '{table}' failed ({type(exc).__name__})") from None
-        return _found(response.proto, values, keys, read, features, want_times=bool(event_time))
+        return _found(response.proto, values, keys, read, features, want_times=bool(event_time), ttl_s=view.ttl_s)
 
-    def _features_of(self, store: Any, table: str) -> frozenset[str]:
-        """The features `table` defines, kept as long as Feast keeps its registry (its
+    def _view(self, store: Any, table: str) -> _View:
+        """What the feature view `table` defines, kept as long as Feast keeps its registry (its
         `cache_ttl_seconds`; 0: for good): Feast builds the view from its registry's proto on
         every `get_feature_view`, milliseconds a call."""
         from feast.errors import FeatureViewNotFoundException
@@ -131,14 +140,18 @@ class FeastStore(_Counted):
         except FeatureViewNotFoundException:
             raise BackendError(f"the Feast repository has no feature view '{table}'") from None
         ttl = getattr(store.config.registry, "cache_ttl_seconds", 600)
-        names = frozenset(f.name for f in view.features)
-        self._defined[table] = (names, time.monotonic() + ttl if ttl > 0 else math.inf)
-        return names
+        found = _View(frozenset(f.name for f in view.features), max(view.ttl.total_seconds(), 0.0) if view.ttl else 0.0, tuple(view.join_keys))
+        self._defined[table] = (found, time.monotonic() + ttl if ttl > 0 else math.inf)
+        return found
 
 
-def _found(proto: Any, values: dict[str, list[Any]], keys: Sequence[Key], read: list[str], features: Sequence[str], *, want_times: bool) -> Found:
-    """The entities Feast found, their features (None: null, stale by Feast's TTL, or not
-    defined) and event times, column by column in the keys' order."""
+def _found(
+    proto: Any, values: dict[str, list[Any]], keys: Sequence[Key], read: list[str], features: Sequence[str], *, want_times: bool, ttl_s: float = 0.0
+) -> Found:
+    """The entities Feast found, their features (None: null, older than the view's `ttl_s`, or
+    not defined) and event times, column by column in the keys' order. Feast's online read
+    serves a value past its view's TTL as present (it reports OUTSIDE_MAX_AGE only in its
+    feature server), so the TTL is applied here, to each feature's own event time."""
     index = {name: i for i, name in enumerate(proto.metadata.feature_names.val)}
     vectors = [proto.results[index[f]] for f in read]
     statuses = [list(v.statuses) for v in vectors]
@@ -148,8 +161,14 @@ def _found(proto: Any, values: dict[str, list[Any]], keys: Sequence[Key], read: 
         if feature not in read:
             found.values[feature] = [None] * len(present)
             continue
-        column, status = values[feature], statuses[read.index(feature)]
-        found.values[feature] = [column[i] if status[i] == _PRESENT else None for i in present]
+        at = read.index(feature)
+        column, status = values[feature], statuses[at]
+        if ttl_s > 0:
+            oldest = time.time() - ttl_s
+            stamps = vectors[at].event_timestamps
+            found.values[feature] = [column[i] if status[i] == _PRESENT and stamps[i].seconds + stamps[i].nanos / 1e9 >= oldest else None for i in present]
+        else:
+            found.values[feature] = [column[i] if status[i] == _PRESENT else None for i in present]
     if want_times:
         for i in present:
             stamps = [v.event_timestamps[i] for v, s in zip(vectors, statuses, strict=True) if s[i] != _NOT_FOUND]
