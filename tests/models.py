@@ -211,3 +211,32 @@ def filled_model(shape: list[int], fills: int = 1) -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
+
+
+BIAS = np.array([7.0, 8.0, 9.0], dtype=np.float32)
+
+
+def with_constants_model() -> bytes:
+    """`x` [-1, 3] FP32 in; out `y` [-1, 3] (x + BIAS), `bias` [3] (BIAS, one value for the
+    whole answer) and `mean` [] (the mean of every x): a model answering beside its rows what
+    is not one value per row."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "b"], ["y"]),
+            helper.make_node("Identity", ["b"], ["bias"]),
+            helper.make_node("ReduceMean", ["x"], ["mean"], keepdims=0),
+        ],
+        "with_constants",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3]),
+            helper.make_tensor_value_info("bias", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("mean", TensorProto.FLOAT, []),
+        ],
+        initializer=[numpy_helper.from_array(BIAS, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -164,3 +166,22 @@ def test_the_docs_page_runs_only_pinned_checked_code_on_the_consoles_origin(clie
     script_src = next(d for d in policy.split(";") if d.strip().startswith("script-src")).split()[1:]
     assert all(src.startswith("'sha256-") or src.endswith("/swagger-ui-bundle.js") for src in script_src)
     assert client.get("/redoc").status_code in (401, 404)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5])
+def test_outputs_that_are_not_one_value_per_row_are_given_whole_to_every_row(client: TestClient, keys: dict[str, str], demo: Any, acme: Any, rows: int) -> None:
+    """A model answering beside its rows a constant ([3]) and a summary (a scalar): each row
+    of a plain answer holds its own `y` and the whole `bias` and `mean`, however many rows (the
+    constant was split across three rows, and a 500 at one or two), as over v2 the tensors are."""
+    from tests.models import BIAS, with_constants_model
+
+    demo.models.push(acme, "constants", with_constants_model())
+    demo.deployments.create(acme, "constants", {"kind": "single", "model": "constants", "version": 1})
+    x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
+    r = client.post("/api/v1/predictions", json={"deployment": "constants", "batch": x.tolist()}, headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+    answers = [p["prediction"] for p in r.json()["predictions"]]
+    assert len(answers) == rows
+    for i, answer in enumerate(answers):
+        assert answer["y"] == pytest.approx((x[i] + BIAS).tolist())
+        assert answer["bias"] == BIAS.tolist() and answer["mean"] == pytest.approx(float(x.mean()))

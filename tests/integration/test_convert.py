@@ -119,6 +119,31 @@ def test_a_sample_that_does_not_fit_the_model_is_refused(
     assert code == 2 and "no column 'a'" in err
 
 
+def test_feature_names_given_must_be_the_ones_a_model_was_fitted_on_in_their_order(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, iris: tuple[np.ndarray, np.ndarray]
+) -> None:
+    """A model fitted on named columns reads them by position: names given in another order
+    would feed each value to another feature (the check cannot see it: the original is given
+    the same columns in the same places), so they are refused, as are other names."""
+    import joblib
+    import pandas as pd
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x, y = iris
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(pd.DataFrame(x, columns=IRIS_NAMES), y)
+    joblib.dump(model, tmp_path / "named.joblib")
+    sample = str(iris_csv(tmp_path / "s.csv", x))
+    push = ("models", "push", "named", str(tmp_path / "named.joblib"), "--sample", sample, "--feature-names")
+    code, out, err = run_cli(capsys, *push, ",".join(reversed(IRIS_NAMES)))
+    assert code == 2 and "pushed" not in out and "in that order" in err and "another order" in err, err
+    code, out, err = run_cli(capsys, *push, "a,b,c,d")
+    assert code == 2 and "the model was fitted on the features sepal_length, sepal_width" in err and "differ" in err, err
+    code, out, err = run_cli(capsys, *push, ",".join(IRIS_NAMES))  # its own names: as without any
+    assert code == 0 and "pushed named version 1" in out, err
+
+
 def test_an_xgboost_classifier_and_regressor_round_trip(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, iris: tuple[np.ndarray, np.ndarray], diabetes: tuple[np.ndarray, np.ndarray]
 ) -> None:

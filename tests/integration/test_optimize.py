@@ -328,3 +328,48 @@ def test_a_model_deleted_and_made_again_while_it_is_optimized_gets_nothing_regis
     assert refused.value.field == "model" and "made again" in refused.value.message
     assert [v.version for v in demo.models.list_versions(acme, "m")] == [1]
     assert demo.models.get_version(acme, "m", 1).sha256 != source.sha256
+
+
+def test_the_cli_refuses_what_it_would_refuse_late_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A deployment to mirror into that is not there or takes other inputs, a candidate to
+    register that is not among those asked, or the original: refused before any candidate is
+    built, and nothing registered or tuned (the CLI registered a version, or wrote the tuned
+    session options, then failed), as the API refuses them before its job starts."""
+    from sluice import cli
+    from tests.conftest import MODELS
+    from tests.support import cli_environment
+
+    with cli_environment(monkeypatch, tmp_path / "home"):
+        assert cli.main(["models", "push", "diabetes", str(MODELS / "diabetes_mlp.onnx")]) == 0
+        assert cli.main(["models", "push", "iris", str(MODELS / "iris.onnx")]) == 0
+        assert cli.main(["deployments", "create", "iris", "--model", "iris"]) == 0
+        data = str(diabetes_rows(tmp_path / "d.parquet"))
+        monkeypatch.setattr("sluice.optimize.service.build_candidates", lambda *_, **__: pytest.fail("candidates were built"))
+        capsys.readouterr()
+        for args, words in [
+            (["--register", "fp16", "--shadow", "nowhere"], "deployment 'nowhere' not found"),
+            (["--register", "fp16", "--shadow", "iris"], "takes different inputs"),
+            (["--candidates", "int8-dynamic", "--register", "fp16"], "not among the candidates asked (int8-dynamic)"),
+            (["--register", "original"], "not ['original']"),
+        ]:
+            assert cli.main(["optimize", "diabetes:1", "--data", data, *args]) == 2, args
+            assert words in capsys.readouterr().err, args
+        assert cli.main(["models", "show", "diabetes"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert len(shown["versions"]) == 1 and not shown["versions"][0]["session_options"]
+
+
+def test_a_model_answering_a_constant_and_a_scalar_beside_its_rows_is_measured(container: Container, acme: Principal) -> None:
+    """Outputs without a batch dimension (a constant [3], a scalar) are compared whole: the run
+    measured nothing ("zero-dimensional arrays cannot be concatenated"), or joined a constant
+    once per batch of rows."""
+    from tests.models import with_constants_model
+
+    container.models.push(acme, "constants", with_constants_model())
+    rows = {"x": np.random.default_rng(0).normal(size=(300, 3)).astype(np.float32)}
+    report = container.optimizer.run(acme, OptimizeRequest("constants", 1, Budget(), kinds=("graph", "fp16"), timing=FAST, tune=False), rows)
+    measured = {row["candidate"]: row for row in report["candidates"]}
+    assert measured["graph"]["max_abs_diff"] == 0.0 and measured["graph"]["rows"] == 300 - 200  # the rows held out of calibration
+    assert measured["fp16"]["max_abs_diff"] < 0.05

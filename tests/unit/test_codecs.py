@@ -449,3 +449,32 @@ def test_an_unknown_version_pickles_with_its_protocol_words() -> None:
     refused = pickle.loads(pickle.dumps(UnknownVersion("recs", 9, "model 'mlp' has no version 9")))
     assert (type(refused), refused.message, refused.field, refused.status) == (UnknownVersion, "model 'mlp' has no version 9", "version", 404)
     assert refused.protocol_message == "Request for unknown model: 'recs' version 9 is not found"
+
+
+@given(rows=st.integers(1, 6), width=st.integers(1, 4), constant=st.integers(1, 6), flat=st.booleans())
+def test_rows_and_columns_give_an_output_that_is_not_per_row_whole_to_every_row(rows: int, width: int, constant: int, flat: bool) -> None:
+    """Plain rows (`present_rows`) and batch columns (`present_columns`) agree, row by row,
+    and give each row its own `y` and the whole `bias` (declared without a batch dimension,
+    whatever its length: equal to the rows too) and `mean` (a scalar), for any rows."""
+    import numpy as np
+
+    from sluice.codecs.plain import present_columns, present_rows
+    from sluice.domain.results import InferenceResult
+    from sluice.domain.signature import Signature, TensorSpec
+
+    signature = Signature(
+        (TensorSpec("x", "FP32", (-1, width)),),
+        (TensorSpec("y", "FP32", (-1, width)), TensorSpec("bias", "FP32", (constant,)), TensorSpec("mean", "FP32", ())),
+    )
+    y = np.arange(rows * width, dtype=np.float32).reshape(rows, width)
+    bias = np.arange(constant, dtype=np.float32) + 100
+    result = InferenceResult({"y": y, "bias": bias, "mean": np.float32(y.mean())[()]})
+    answers = present_rows(signature, result)
+    assert [a["prediction"]["y"] for a in answers] == (y if width > 1 else y[:, 0]).tolist()
+    whole = bias.tolist() if constant > 1 else float(bias[0])  # one element a row: a scalar, as a [-1, 1] output's
+    assert all(a["prediction"]["bias"] == whole for a in answers)
+    assert all(a["prediction"]["mean"] == float(y.mean()) for a in answers)
+    columns = present_columns(signature, result, flat=flat)
+    assert {len(c) for c in columns.values()} == {rows}
+    bias_columns = [c for name, c in columns.items() if "bias" in name]
+    assert [[c[i].as_py() for c in bias_columns] for i in range(rows)] == [bias.tolist() if flat or constant == 1 else [bias.tolist()]] * rows

@@ -43,6 +43,8 @@ def _rows(name: str) -> Callable[[str], int]:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from sluice.batch.sample import read_rows
     from sluice.optimize.measure import Timing
     from sluice.optimize.report import Budget
@@ -51,18 +53,18 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     service = pieces.optimizer()
     principal = operator(args)
     name, version = args.ref
-    source = service.version(principal, name, version)
-    rows = read_rows(args.data, source.signature, limit=args.calibration_rows + args.evaluation_rows)
     register = tuple(n.strip() for n in args.register.split(",")) if args.register else ()
     request = OptimizeRequest(
-        name, source.version,
+        name, version,
         budget=Budget(args.min_agreement, args.max_abs_diff),
         kinds=tuple(k.strip() for k in args.candidates.split(",")),
         calibration_rows=args.calibration_rows, evaluation_rows=args.evaluation_rows,
         timing=Timing(budget_s=args.seconds), tune=not args.no_tune,
         register=register, shadow=args.shadow,
     )  # fmt: skip
-    report = service.run(principal, request, rows)
+    source = service.check(principal, request)  # what would be refused after writing anything, refused first, as the API does
+    rows = read_rows(args.data, source.signature, limit=args.calibration_rows + args.evaluation_rows)
+    report = service.run(principal, dataclasses.replace(request, version=source.version), rows)
     if args.json:
         print_json(report)
         return 0

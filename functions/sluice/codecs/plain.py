@@ -11,12 +11,13 @@ import numpy as np
 
 from sluice.caching import keep
 from sluice.codecs.arrow_numbers import from_numbers, from_text, take, text_column
-from sluice.domain.results import as_rows
+from sluice.domain.results import InferenceResult, as_rows
+from sluice.domain.signature import DYNAMIC
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from sluice.domain.results import InferenceResult, Prediction
+    from sluice.domain.results import Prediction
     from sluice.domain.signature import Signature
 
 
@@ -40,7 +41,7 @@ def _column(array: np.ndarray, n: int) -> list[Any]:
     return [_scalar(x) for x in column]
 
 
-_ROLES: dict[int, tuple[Signature, str | None, str | None, tuple[str, ...]]] = {}  # by signature (held: its id stays its own)
+_ROLES: dict[int, tuple[Signature, str | None, str | None, tuple[str, ...], frozenset[str]]] = {}  # by signature (held: its id stays its own)
 MAX_ROLES = 64
 
 
@@ -48,13 +49,47 @@ def _roles(signature: Signature) -> tuple[str | None, str | None, tuple[str, ...
     """The names of a signature's label and probabilities outputs and of its other outputs,
     worked out once per signature object (a version's, a sequence's answer: the same object
     request after request)."""
+    return _read(signature)[1:4]  # type: ignore[return-value]
+
+
+def _read(signature: Signature) -> tuple[Signature, str | None, str | None, tuple[str, ...], frozenset[str]]:
     found = _ROLES.get(id(signature))
     if found is None or found[0] is not signature:
         label = signature.output_with_role("label")
         probs = signature.output_with_role("probabilities")
         values = tuple(spec.name for spec in signature.outputs if spec.role not in ("label", "probabilities"))
-        found = keep(_ROLES, id(signature), (signature, label.name if label else None, probs.name if probs else None, values), MAX_ROLES)
-    return found[1:]  # type: ignore[return-value]
+        fixed = frozenset(spec.name for spec in signature.outputs if spec.shape and spec.shape[0] != DYNAMIC)  # declared without a batch dimension
+        found = keep(_ROLES, id(signature), (signature, label.name if label else None, probs.name if probs else None, values, fixed), MAX_ROLES)
+    return found
+
+
+def by_row(signature: Signature, result: InferenceResult) -> InferenceResult:
+    """`result` as rows: the rows are the leading dimension of its first output declared with a
+    batch dimension (else of its first output; a scalar answer is one row, `as_rows`), and an
+    output that is not one value per row (a constant or a summary: declared without the batch
+    dimension the others have, or of another length) is given whole to every row, never split
+    across them as if it were. `result` itself is left as it is."""
+    outputs = result.outputs
+    fixed = _read(signature)[4]
+    arrays = list(outputs.values())
+    if not arrays:
+        return result
+    first = arrays[0]
+    if not fixed and getattr(first, "ndim", 0) and all(getattr(a, "ndim", 0) and a.shape[0] == first.shape[0] for a in arrays):
+        return result  # every output one value per row: the usual answer, as it is
+    if not any(getattr(a, "ndim", 0) for a in arrays):
+        return as_rows(result)
+    rowed = next((a for name, a in outputs.items() if name not in fixed and getattr(a, "ndim", 0)), None)
+    batched = rowed is not None  # a batch dimension declared: outputs declared without one are whole
+    n = int((rowed if rowed is not None else first).shape[0]) if getattr(rowed if rowed is not None else first, "ndim", 0) else 1
+    whole = {
+        name: np.broadcast_to(a, (n, *np.shape(a)))
+        for name, a in outputs.items()
+        if not getattr(a, "ndim", 0) or a.shape[0] != n or (batched and name in fixed)
+    }
+    if not whole:
+        return result
+    return InferenceResult({**outputs, **whole}, result.classes, result.maps, result.loaded)
 
 
 class _Plain:
@@ -91,12 +126,9 @@ def present_rows(
 ) -> list[dict[str, Any]]:
     """One plain-JSON dict per input row: `prediction`, and for classifiers
     `probabilities` ({label: p}) and `confidence` (the top probability)."""
+    result = by_row(signature, result)
     outputs = result.outputs
-    try:
-        n = len(next(iter(outputs.values()))) if outputs else 0
-    except TypeError:  # a scalar answer (a 0-d output, as a server may give): one row
-        result = as_rows(result)
-        outputs, n = result.outputs, 1
+    n = len(next(iter(outputs.values()))) if outputs else 0
     if n == 0:
         return []
     plain = _Plain(signature, result)
@@ -148,7 +180,7 @@ def present_columns(signature: Signature, result: InferenceResult, *, flat: bool
     over numbered columns (`prediction_0`, …), for formats without lists (CSV)."""
     import pyarrow as pa
 
-    result = as_rows(result)  # a scalar answer: one row
+    result = by_row(signature, result)  # a scalar answer: one row; an output not per row, whole on each
     outputs = result.outputs
     plain = _Plain(signature, result)
     label, probs, classes, values = plain.label, plain.probs, plain.classes, plain.values

@@ -82,6 +82,18 @@ def convert_loaded(
     from sluice.domain.signature import Signature, TensorSpec
 
     kind = loaded.format
+    if feature_names and loaded.feature_names and list(feature_names) != list(loaded.feature_names):
+        # The model reads its columns by position, in the order it was fitted on: other names, or
+        # the same in another order, would feed each value to another feature's column.
+        same = sorted(feature_names) == sorted(loaded.feature_names)
+        raise BadRequest(
+            f"the model was fitted on the features {', '.join(loaded.feature_names)}"
+            + (" in that order" if same else "")
+            + f"; the feature names given ({', '.join(feature_names)}) "
+            + ("are in another order: it would read each value as another feature" if same else "differ: give its own names, or none")
+            + f" (the names are given as fitted where the model says them; {kind})",
+            field="feature_names",
+        )
     names = feature_names or loaded.feature_names
     if sample is not None and names is None:
         columns = file_columns(sample)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.domain.signature import DYNAMIC
 from sluice.stats.verdicts import wilson
 
 if TYPE_CHECKING:
@@ -83,7 +84,9 @@ def peak_memory_mb(data: bytes, rows: dict[str, np.ndarray], **options: Any) -> 
     with tempfile.TemporaryDirectory(prefix="sluice-memory-") as tmp:
         model, feed = Path(tmp) / "model.onnx", Path(tmp) / "rows.npz"
         model.write_bytes(data)
-        np.savez(feed, **rows_at(rows, 64))
+        # Text as fixed-width Unicode, not objects (which only pickle could carry): the child
+        # reads the file without unpickling and gives ONNX Runtime objects again.
+        np.savez(feed, **{k: v.astype(str) if v.dtype == object else v for k, v in rows_at(rows, 64).items()})
         done = subprocess.run(
             [sys.executable, "-m", "sluice.optimize.memory", str(model), str(feed), json.dumps(options)],
             capture_output=True, text=True, timeout=600, check=False,
@@ -99,20 +102,26 @@ def outputs_of(session: Any, rows: dict[str, np.ndarray], batch: int = 256) -> d
     from sluice.runtimes.onnx import as_array
 
     names = [o.name for o in session.get_outputs()]
+    # An output declared without a batch dimension (a scalar, a constant) is the same whole for
+    # every batch: kept once, compared as it is; the rest joined row by row.
+    whole = {o.name for o in session.get_outputs() if not o.shape or isinstance(o.shape[0], int)}
     n = len(next(iter(rows.values())))
     parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
     for at in range(0, n, batch):
         feed = {k: v[at : at + batch] for k, v in rows.items()}
         for name, value in zip(names, session.run(names, feed), strict=True):
             parts[name].append(as_array(name, value)[0])
-    return {name: np.concatenate(chunks) for name, chunks in parts.items()}
+    return {name: chunks[0] if name in whole or not chunks[0].ndim else np.concatenate(chunks) for name, chunks in parts.items()}
 
 
 def agreement(signature: Signature, original: dict[str, np.ndarray], candidate: dict[str, np.ndarray]) -> dict[str, Any]:
     """Label agreement (with a Wilson 95% interval) and the max and mean absolute difference
     of every numeric output. Without a label output, a values output of width > 1 is read as
-    scores: the agreement is that of its argmax (top-1)."""
-    n = len(next(iter(original.values())))
+    scores: the agreement is that of its argmax (top-1). The rows are those of the outputs
+    declared with a batch dimension (an output without one is compared whole)."""
+    rowed = [original[s.name] for s in signature.outputs if s.name in original and s.shape and s.shape[0] == DYNAMIC and original[s.name].ndim]
+    first = next(iter(original.values()))
+    n = len(rowed[0]) if rowed else (len(first) if first.ndim else 1)
     # The label: the output whose role says so, or one that names a class a row (integers,
     # booleans or text, one or a few a row; a network that ends in ArgMax has only that). Read
     # by name alone, a single label output measured no agreement and any candidate passed.

@@ -21,7 +21,7 @@ def main(model: str, rows: str, options: str) -> None:
 
     from sluice.runtimes.onnx import build_session
 
-    feed = dict(np.load(rows))
+    feed = {k: v.astype(object) if v.dtype.kind == "U" else v for k, v in np.load(rows).items()}  # text: objects again
     data = Path(model).read_bytes()
     Path("/proc/self/clear_refs").write_text("5")
     before = _status_kb("VmRSS")

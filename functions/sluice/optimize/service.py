@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain.errors import BadRequest, NotFound, PayloadTooLarge, Unavailable, Unprocessable
+from sluice.domain.errors import (
+    BadRequest,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    Unavailable,
+    Unprocessable,
+)
 from sluice.domain.policy import single_policy
 from sluice.domain.signature import DYNAMIC
 from sluice.optimize.candidates import KINDS, build_candidates
@@ -103,13 +110,23 @@ class OptimizeService:
             )
         return found
 
-    def run(self, principal: Principal, request: OptimizeRequest, rows: dict[str, np.ndarray]) -> dict[str, Any]:
+    def check(self, principal: Principal, request: OptimizeRequest) -> ModelVersion:
+        """What `run` would refuse after building, measuring or writing anything, refused first
+        (the API before it starts the job, the CLI before it reads the model): the candidates,
+        the names to register, the deployment to mirror into and whether it takes the model's
+        inputs, the model's batch dimension. The source version."""
         principal.require("admin")
         unknown = sorted(set(request.kinds) - set(KINDS))
         if unknown:
             raise BadRequest(f"unknown candidates {unknown}; choose from {list(KINDS)}", field="candidates")
-        if request.shadow and not request.register:  # refused before any candidate is built and measured
-            raise BadRequest("--shadow mirrors a registered candidate: give --register too", field="shadow")
+        wrong = sorted(set(request.register) - {"recommended", *KINDS} | ({"original"} & set(request.register)))
+        if wrong:
+            raise InvalidRequest(f"register takes 'recommended' or candidate names, not {wrong}", field="register")
+        unasked = sorted(set(request.register) - {"recommended", *request.kinds})
+        if unasked:
+            raise InvalidRequest(f"register names {unasked}, which are not among the candidates asked ({', '.join(request.kinds)})", field="register")
+        if request.shadow and not request.register:
+            raise BadRequest("shadow mirrors a registered candidate: give register too (--register)", field="shadow")
         source = self.version(principal, request.model, request.version)
         fixed = next((spec for spec in source.signature.inputs if spec.shape and spec.shape[0] != DYNAMIC), None)
         if fixed is not None:  # ONNX Runtime refused the batches of rows mid-run: a traceback, or a job failed "(InvalidArgument)"
@@ -118,6 +135,12 @@ class OptimizeService:
                 "export the model with a dynamic batch dimension",
                 field="model",
             )
+        if request.shadow:  # a candidate takes the source's inputs: mirrored as the source would be
+            self.deployments.check_mirror(principal, request.shadow, "optimized", single_policy(source.model, source.version))
+        return source
+
+    def run(self, principal: Principal, request: OptimizeRequest, rows: dict[str, np.ndarray]) -> dict[str, Any]:
+        source = self.check(principal, request)  # refused before any candidate is built and measured
         original = self.store.get(source.artifact_uri, sha256=source.sha256)
         n = len(next(iter(rows.values())))
         calibration = {k: v[: request.calibration_rows] for k, v in rows.items()}

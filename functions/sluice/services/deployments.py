@@ -217,6 +217,17 @@ class DeploymentService:
     def add_mirror(self, principal: Principal, name: str, mirror: str, target: dict[str, Any]) -> Deployment:
         """Mirror `target` from the deployment: its policy becomes (or stays) a shadow whose
         primary still answers; a mirror of the same name is replaced."""
+        current, policy = self._mirrored(principal, name, mirror, target)
+        return self.update(principal, name, policy, expected_revision=current.revision)
+
+    def check_mirror(self, principal: Principal, name: str, mirror: str, target: dict[str, Any]) -> None:
+        """What `add_mirror` would refuse (the deployment not there, a target taking other
+        inputs), refused with nothing written."""
+        principal.require("admin")
+        current, policy = self._mirrored(principal, name, mirror, target)
+        self._checks().validated(principal.tenant, name, policy, current.cache, current.capture, current.policy, stored=current.policy)
+
+    def _mirrored(self, principal: Principal, name: str, mirror: str, target: dict[str, Any]) -> tuple[Deployment, dict[str, Any]]:
         current = self.registry.get_deployment(principal.tenant, name)
         node = parse_policy(current.policy)
         added = Mirror(name=mirror, target=parse_policy(target))
@@ -224,7 +235,7 @@ class DeploymentService:
             policy: Node = Shadow(primary=node.primary, mirrors=(*(m for m in node.mirrors if m.name != mirror), added))
         else:
             policy = Shadow(primary=node, mirrors=(added,))
-        return self.update(principal, name, policy_dict(policy), expected_revision=current.revision)
+        return current, policy_dict(policy)
 
     def get(self, principal: Principal, name: str) -> Deployment:
         return self.registry.get_deployment(principal.tenant, name)

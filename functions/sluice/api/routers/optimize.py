@@ -3,15 +3,15 @@ candidates for seconds to minutes, so it is a job: 202 with its id, then GET unt
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 from fastapi.concurrency import run_in_threadpool
 
-from sluice.api.deps import AdminDep, DeploymentsDep, OptimizeJobsDep, OptimizerDep
+from sluice.api.deps import AdminDep, OptimizeJobsDep, OptimizerDep
 from sluice.api.presenters import present
 from sluice.api.responses import MANAGEMENT, JSONResponse, answers, errors
-from sluice.domain.errors import BadRequest, InvalidRequest
 from sluice.domain.values import VersionOrLatest
 from sluice.types.management import OptimizeCreate, OptimizeJobOut
 
@@ -30,33 +30,25 @@ async def start_optimize(
     body: OptimizeCreate,
     principal: AdminDep,
     service: OptimizerDep,
-    deployments: DeploymentsDep,
     jobs: OptimizeJobsDep,
 ) -> JSONResponse:
-    from sluice.optimize.candidates import KINDS
     from sluice.optimize.measure import Timing
     from sluice.optimize.report import Budget
     from sluice.optimize.service import OptimizeRequest
 
     principal.require("admin")
-    unknown = sorted(set(body.to_register) - {"recommended", *KINDS} | ({"original"} & set(body.to_register)))
-    if unknown:
-        raise InvalidRequest(f"register takes 'recommended' or candidate names, not {unknown}", field="register")  # as an unknown candidate
-    if body.shadow and not body.to_register:
-        raise BadRequest("shadow mirrors a registered candidate: give register too", field="shadow")
-    # What can be refused at once is, before the job starts: the version, the data, its rows.
-    source = await run_in_threadpool(service.version, principal, name, version)
-    rows = await run_in_threadpool(
-        service.rows_from_uri, principal, body.data_uri, source, body.calibration_rows + body.evaluation_rows
-    )
-    if body.shadow:
-        deployments.get(principal, body.shadow)
     request = OptimizeRequest(
-        name, source.version,
+        name, version,
         budget=Budget(body.min_agreement, body.max_abs_diff), kinds=tuple(body.candidates),
         calibration_rows=body.calibration_rows, evaluation_rows=body.evaluation_rows,
         timing=Timing(budget_s=body.seconds), tune=body.tune, register=tuple(body.to_register), shadow=body.shadow,
     )  # fmt: skip
+    # What can be refused at once is, before the job starts: the request (`check`), the data, its rows.
+    source = await run_in_threadpool(service.check, principal, request)
+    request = dataclasses.replace(request, version=source.version)
+    rows = await run_in_threadpool(
+        service.rows_from_uri, principal, body.data_uri, source, body.calibration_rows + body.evaluation_rows
+    )
     job = await run_in_threadpool(
         jobs.start,
         principal, lambda: service.run(principal, request, rows), model=name, version=source.version,
