@@ -574,3 +574,23 @@ def test_a_stream_checks_its_policy_again_once_a_reference_is_read_anew(demo: Co
     demo.deployments.update(acme, "target", single("iris", 1))  # a new revision: read anew (the cache's TTL is 0 here)
     asyncio.run(scorer.score([record]))
     assert len(checked) == 2
+
+
+@pytest.mark.parametrize("max_rows", [1, 2, 4096])
+def test_outputs_not_one_value_per_row_are_shared_whole_to_every_record(demo: Container, acme: Principal, max_rows: int) -> None:
+    """A model answering a constant ([3]) and a scalar beside its rows: every record of a bulk
+    call (a batch job's chunk, a stream's batch) is answered, its own `y` and the whole `bias`
+    and `mean` of its call (each record failed "output 'bias' has 3 rows for 1 asked")."""
+    from tests.models import BIAS, with_constants_model
+
+    demo.models.push(acme, "constants", with_constants_model())
+    demo.deployments.create(acme, "constants", {"kind": "single", "model": "constants", "version": 1})
+    x = np.arange(15, dtype=np.float32).reshape(5, 3)
+    done = run(score_many(demo.predictions, acme, "constants", Records({"x": x}), max_rows=max_rows))
+    assert all(isinstance(outcome, Result) for outcome in done.by_record()), done.by_record()
+    for result in done.results:
+        outputs = result.answer.result.outputs
+        taken = x[positions_of(result.records)]
+        assert outputs["y"].tolist() == (taken + BIAS).tolist()
+        assert outputs["bias"].tolist() == [BIAS.tolist()] * len(taken)
+        assert outputs["mean"].tolist() == pytest.approx([float(taken.mean())] * len(taken))

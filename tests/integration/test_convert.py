@@ -144,6 +144,25 @@ def test_feature_names_given_must_be_the_ones_a_model_was_fitted_on_in_their_ord
     assert code == 0 and "pushed named version 1" in out, err
 
 
+def test_a_lightgbm_model_fitted_on_names_with_spaces_takes_them_as_given(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, iris: tuple[np.ndarray, np.ndarray]
+) -> None:
+    """LightGBM keeps `sepal length (cm)` as `sepal_length_(cm)`: the DataFrame's own names
+    given at push (as an MLflow signature gives them) are its fitted names, not others."""
+    lgb = pytest.importorskip("lightgbm")
+    import joblib
+    import pandas as pd
+
+    x, y = iris
+    names = ["sepal length (cm)", "sepal width (cm)", "petal length (cm)", "petal width (cm)"]
+    model = lgb.LGBMClassifier(n_estimators=5, verbose=-1).fit(pd.DataFrame(x, columns=names), y)
+    joblib.dump(model, tmp_path / "lgb.joblib")
+    sample = tmp_path / "s.csv"
+    pc.write_csv(pa.table({n: x[:, i] for i, n in enumerate(names)}), sample)
+    code, out, err = run_cli(capsys, "models", "push", "lgb", str(tmp_path / "lgb.joblib"), "--sample", str(sample), "--feature-names", ",".join(names))
+    assert code == 0 and "pushed lgb version 1" in out, err
+
+
 def test_an_xgboost_classifier_and_regressor_round_trip(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, iris: tuple[np.ndarray, np.ndarray], diabetes: tuple[np.ndarray, np.ndarray]
 ) -> None:

@@ -260,9 +260,9 @@ def test_any_enters_and_leaves_keep_every_count_and_refuse_only_by_the_rules(
 )
 def test_slots_held_while_bodies_arrive_go_to_a_tenant_turned_away_down_to_each_share(limit: int, share: float, steps: list[tuple[str, Any]]) -> None:
     """Predictions entering (each then reading its body), their bodies coming in, and leaving,
-    in any order: a tenant that finds the process full takes back the slots every other tenant
-    holds above its share while their bodies still arrive (the newest first), is admitted where
-    that made room, and refused otherwise; an evicted prediction's task is cancelled and gives
+    in any order: a tenant that finds the process full takes back one slot another tenant holds
+    above its share while its body still arrives (the tenant holding the most, its newest), is
+    admitted where that made room, and refused otherwise; an evicted prediction's task is cancelled and gives
     back its key alone. The counts stay what the model says, never above the limit."""
 
     class Task:  # what eviction cancels
@@ -298,11 +298,12 @@ def test_slots_held_while_bodies_arrive_go_to_a_tenant_turned_away_down_to_each_
             if counted[what] >= capacity.share and capacity.share < limit and others:
                 expected = "tenant_overloaded"
             elif sum(counted.values()) >= limit:
-                for t in "abc":
-                    readers = [h for h in held if h[0] == t and h[1] is not None and not h[2]]
-                    while t != what and readers and counted[t] > capacity.share:
-                        to_evict.append(readers.pop())
-                        counted[t] -= 1
+                over = [(counted[t], t) for t in "abc" if t != what and counted[t] > capacity.share
+                        and any(h[0] == t and h[1] is not None and not h[2] for h in held)]  # fmt: skip
+                if over:  # one slot, from the tenant holding the most (by name on a tie): its newest reader
+                    victim = min(over, key=lambda o: (-o[0], o[1]))[1]
+                    to_evict.append([h for h in held if h[0] == victim and h[1] is not None and not h[2]][-1])
+                    counted[victim] -= 1
                 expected = None if sum(counted.values()) < limit else "overloaded"
             else:
                 expected = None

@@ -451,11 +451,12 @@ def test_an_unknown_version_pickles_with_its_protocol_words() -> None:
     assert refused.protocol_message == "Request for unknown model: 'recs' version 9 is not found"
 
 
-@given(rows=st.integers(1, 6), width=st.integers(1, 4), constant=st.integers(1, 6), flat=st.booleans())
+@given(rows=st.integers(1, 6), width=st.integers(1, 4), constant=st.integers(2, 6), flat=st.booleans())
 def test_rows_and_columns_give_an_output_that_is_not_per_row_whole_to_every_row(rows: int, width: int, constant: int, flat: bool) -> None:
     """Plain rows (`present_rows`) and batch columns (`present_columns`) agree, row by row,
     and give each row its own `y` and the whole `bias` (declared without a batch dimension,
-    whatever its length: equal to the rows too) and `mean` (a scalar), for any rows."""
+    whatever its length but 1, a batch of one: equal to the rows too) and `mean` (a scalar),
+    for any rows."""
     import numpy as np
 
     from sluice.codecs.plain import present_columns, present_rows
@@ -471,10 +472,25 @@ def test_rows_and_columns_give_an_output_that_is_not_per_row_whole_to_every_row(
     result = InferenceResult({"y": y, "bias": bias, "mean": np.float32(y.mean())[()]})
     answers = present_rows(signature, result)
     assert [a["prediction"]["y"] for a in answers] == (y if width > 1 else y[:, 0]).tolist()
-    whole = bias.tolist() if constant > 1 else float(bias[0])  # one element a row: a scalar, as a [-1, 1] output's
-    assert all(a["prediction"]["bias"] == whole for a in answers)
+    assert all(a["prediction"]["bias"] == bias.tolist() for a in answers)
     assert all(a["prediction"]["mean"] == float(y.mean()) for a in answers)
     columns = present_columns(signature, result, flat=flat)
     assert {len(c) for c in columns.values()} == {rows}
     bias_columns = [c for name, c in columns.items() if "bias" in name]
-    assert [[c[i].as_py() for c in bias_columns] for i in range(rows)] == [bias.tolist() if flat or constant == 1 else [bias.tolist()]] * rows
+    assert [[c[i].as_py() for c in bias_columns] for i in range(rows)] == [bias.tolist() if flat else [bias.tolist()]] * rows
+
+
+def test_an_output_declared_with_a_fixed_leading_one_that_comes_with_the_rows_is_the_rows() -> None:
+    """An exporter that left an output's batch axis out declares it [1, 3]; it comes [rows, 3]
+    and is the rows' (each row its own, not every row all of them); a dynamic output of another
+    length than the rows is the model's fault, named."""
+    from sluice.codecs.plain import by_row
+    from sluice.domain.errors import ModelFailed
+
+    signature = Signature((TensorSpec("x", "FP32", (-1, 3)),), (TensorSpec("y", "FP32", (-1, 3)), TensorSpec("z", "FP32", (1, 3))))
+    for rows in (1, 2, 5):
+        x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
+        answers = present_rows(signature, InferenceResult({"y": x, "z": x * 2}))
+        assert [a["prediction"]["z"] for a in answers] == (x * 2).tolist()
+    with pytest.raises(ModelFailed, match="output 'y' has 2 rows for 3 asked"):
+        by_row(signature, InferenceResult({"y": np.ones((2, 3), np.float32), "z": np.ones((1, 3), np.float32)}), 3)

@@ -158,8 +158,6 @@ class Edge:
                         raise
                     asyncio.current_task().uncancel()  # type: ignore[union-attr]  # nobody to answer: the slot is given back below
                     return
-                if scope.get(EVICTED):  # its slot given to another tenant already: its key's alone to give back
-                    prediction = False
                 if not released:
 
                     async def sending(message: Message) -> None:
@@ -169,7 +167,7 @@ class Edge:
                             # Answered: the slot is free before the response's background task
                             # (statistics), as the client, free too, may send its next request.
                             released = True
-                            admission.leave(principal, prediction=prediction)  # type: ignore[union-attr]
+                            admission.leave(principal, prediction=prediction and not scope.get(EVICTED))  # type: ignore[union-attr]
 
                     await response(scope, receive, sending)
                 else:
@@ -179,8 +177,8 @@ class Edge:
             await self.app(scope, timed(receive, container.settings.limits.body_timeout_s), send)
         finally:
             unbind_tenant(token)
-            if not released:
-                admission.leave(principal, prediction=prediction)  # type: ignore[union-attr]
+            if not released:  # a slot taken back while its body came (EVICTED) was given back then: its key's alone
+                admission.leave(principal, prediction=prediction and not scope.get(EVICTED))  # type: ignore[union-attr]
 
     async def answer_whole(self, scope: Scope, body: bytes, receive: Receive | None = None) -> Response | None:
         """A hot route's response when the whole body is already at hand (a Lambda event),
@@ -208,7 +206,7 @@ class Edge:
         finally:
             unbind_tenant(token)
             if container.admission is not None:  # answered: the slot is free as the answer goes out
-                container.admission.leave(principal, prediction=True)
+                container.admission.leave(principal, prediction=not scope.get(EVICTED))
 
     async def _enter(self, container: Container, principal: Principal, found: tuple[HotRoute, dict[str, str]] | None, scope: Scope) -> Response | None:
         """The request admitted in flight (`sluice.services.admission`; nothing to admit in

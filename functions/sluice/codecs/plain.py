@@ -11,6 +11,7 @@ import numpy as np
 
 from sluice.caching import keep
 from sluice.codecs.arrow_numbers import from_numbers, from_text, take, text_column
+from sluice.domain.errors import ModelFailed
 from sluice.domain.results import InferenceResult, as_rows
 from sluice.domain.signature import DYNAMIC
 
@@ -41,7 +42,7 @@ def _column(array: np.ndarray, n: int) -> list[Any]:
     return [_scalar(x) for x in column]
 
 
-_ROLES: dict[int, tuple[Signature, str | None, str | None, tuple[str, ...], frozenset[str]]] = {}  # by signature (held: its id stays its own)
+_ROLES: dict[int, tuple[Signature, str | None, str | None, tuple[str, ...], dict[str, tuple[int, ...]]]] = {}  # by signature (held: its id stays its own)
 MAX_ROLES = 64
 
 
@@ -52,44 +53,56 @@ def _roles(signature: Signature) -> tuple[str | None, str | None, tuple[str, ...
     return _read(signature)[1:4]  # type: ignore[return-value]
 
 
-def _read(signature: Signature) -> tuple[Signature, str | None, str | None, tuple[str, ...], frozenset[str]]:
+def _read(signature: Signature) -> tuple[Signature, str | None, str | None, tuple[str, ...], dict[str, tuple[int, ...]]]:
     found = _ROLES.get(id(signature))
     if found is None or found[0] is not signature:
         label = signature.output_with_role("label")
         probs = signature.output_with_role("probabilities")
         values = tuple(spec.name for spec in signature.outputs if spec.role not in ("label", "probabilities"))
-        fixed = frozenset(spec.name for spec in signature.outputs if spec.shape and spec.shape[0] != DYNAMIC)  # declared without a batch dimension
+        # Outputs declared without a batch dimension (a scalar, a constant [3]), by their shapes.
+        fixed = {spec.name: tuple(spec.shape) for spec in signature.outputs if not spec.shape or spec.shape[0] != DYNAMIC}
         found = keep(_ROLES, id(signature), (signature, label.name if label else None, probs.name if probs else None, values, fixed), MAX_ROLES)
     return found
 
 
-def by_row(signature: Signature, result: InferenceResult) -> InferenceResult:
-    """`result` as rows: the rows are the leading dimension of its first output declared with a
-    batch dimension (else of its first output; a scalar answer is one row, `as_rows`), and an
-    output that is not one value per row (a constant or a summary: declared without the batch
-    dimension the others have, or of another length) is given whole to every row, never split
-    across them as if it were. `result` itself is left as it is."""
+def by_row(signature: Signature, result: InferenceResult, rows: int | None = None) -> InferenceResult:
+    """`result` as `rows` rows (None: the leading dimension of its first output that has one
+    and is not whole; a scalar answer is one row, `as_rows`). An output that is not one value
+    per row is given whole to every row, never split across them: a scalar, or one the
+    signature declares without a batch dimension that came as declared (a constant [3], even
+    to 3 rows). A leading 1 declared is a batch of one (an exporter that left the batch axis out
+    declares [1, …]; a model of batch 1): such an output is the rows'. Any output of another
+    length than the rows is the model's fault (ModelFailed: a 502; a bulk call splits until
+    each record is asked alone). `result` itself is left as it is."""
     outputs = result.outputs
     fixed = _read(signature)[4]
-    arrays = list(outputs.values())
-    if not arrays:
+    if not outputs:
         return result
-    first = arrays[0]
-    if not fixed and getattr(first, "ndim", 0) and all(getattr(a, "ndim", 0) and a.shape[0] == first.shape[0] for a in arrays):
+    first = next(iter(outputs.values()))
+    usual = not fixed and getattr(first, "ndim", 0) and all(getattr(a, "ndim", 0) and a.shape[0] == first.shape[0] for a in outputs.values())
+    if usual and (rows is None or first.shape[0] == rows):
         return result  # every output one value per row: the usual answer, as it is
-    if not any(getattr(a, "ndim", 0) for a in arrays):
-        return as_rows(result)
-    rowed = next((a for name, a in outputs.items() if name not in fixed and getattr(a, "ndim", 0)), None)
-    batched = rowed is not None  # a batch dimension declared: outputs declared without one are whole
-    n = int((rowed if rowed is not None else first).shape[0]) if getattr(rowed if rowed is not None else first, "ndim", 0) else 1
-    whole = {
-        name: np.broadcast_to(a, (n, *np.shape(a)))
-        for name, a in outputs.items()
-        if not getattr(a, "ndim", 0) or a.shape[0] != n or (batched and name in fixed)
-    }
-    if not whole:
+
+    def whole(name: str, array: np.ndarray) -> bool:
+        if not getattr(array, "ndim", 0):
+            return True
+        declared = fixed.get(name)
+        return declared is not None and len(declared) == array.ndim and declared[0] != 1 and array.shape[0] == declared[0]
+
+    if rows is None:
+        if not any(getattr(a, "ndim", 0) for a in outputs.values()):
+            return as_rows(result)
+        sized = [a for name, a in outputs.items() if getattr(a, "ndim", 0) and not whole(name, a)]
+        rows = int((sized or [a for a in outputs.values() if getattr(a, "ndim", 0)])[0].shape[0])
+    changed = {}
+    for name, array in outputs.items():
+        if whole(name, array):
+            changed[name] = np.broadcast_to(array, (rows, *np.shape(array)))
+        elif array.shape[0] != rows:
+            raise ModelFailed(f"output '{name}' has {array.shape[0]} rows for {rows} asked")
+    if not changed:
         return result
-    return InferenceResult({**outputs, **whole}, result.classes, result.maps, result.loaded)
+    return InferenceResult({**outputs, **changed}, result.classes, result.maps, result.loaded)
 
 
 class _Plain:

@@ -82,7 +82,7 @@ def convert_loaded(
     from sluice.domain.signature import Signature, TensorSpec
 
     kind = loaded.format
-    if feature_names and loaded.feature_names and list(feature_names) != list(loaded.feature_names):
+    if feature_names and loaded.feature_names and list(map(_as_fitted, feature_names)) != list(map(_as_fitted, loaded.feature_names)):
         # The model reads its columns by position, in the order it was fitted on: other names, or
         # the same in another order, would feed each value to another feature's column.
         same = sorted(feature_names) == sorted(loaded.feature_names)
@@ -283,3 +283,10 @@ def describe(converted: Converted) -> dict[str, Any]:
         "max_abs_diff": converted.max_abs_diff,
         "label_agreement": converted.label_agreement,
     }
+
+
+def _as_fitted(name: str) -> str:
+    """A feature's name as a booster keeps it: LightGBM writes each whitespace character of a
+    name as `_` (`sepal length (cm)` is fitted as `sepal_length_(cm)`), so the names a caller
+    gives (an MLflow signature's, the DataFrame's) are the fitted ones where they differ only so."""
+    return "".join("_" if c.isspace() else c for c in name)

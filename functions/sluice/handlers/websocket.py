@@ -24,8 +24,8 @@ pause_in_lambda()  # in Lambda, the collector off until this module has loaded (
 
 import base64
 import binascii
-import contextlib
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from sluice.inference.loop import container_loop
@@ -159,19 +159,43 @@ def _management(event: dict[str, Any], clients: AwsClients) -> Any:
     return management_api(clients, context["domainName"], context["stage"])
 
 
+POST_TRIES = 3  # a throttled post (LimitExceededException) tried this many times in all, 0.1 s, then 0.2 s apart
+
+
 def _post(management: Any, connection: str, data: bytes) -> bool:
-    """Whether the answer reached the connection (False: the client has gone)."""
-    try:
-        management.post_to_connection(ConnectionId=connection, Data=data)
-    except management.exceptions.GoneException:
-        logger.info("websocket client gone before its answer", extra={"connection": connection})
-        return False
+    """The answer sent to the connection; whether the connection is still there (False: the
+    client has gone). The Management API throttling (LimitExceededException) is tried again a
+    few times; a post it still refuses, or refuses otherwise (Forbidden, PayloadTooLarge), is
+    logged with its code and the message's request id lost to the client, not a failed
+    invocation (nothing retries a `$default` message, and its prediction is counted already)."""
+    from botocore.exceptions import ClientError
+
+    for attempt in range(POST_TRIES):
+        try:
+            management.post_to_connection(ConnectionId=connection, Data=data)
+            return True
+        except management.exceptions.GoneException:
+            logger.info("websocket client gone before its answer", extra={"connection": connection})
+            return False
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code == "LimitExceededException" and attempt + 1 < POST_TRIES:
+                time.sleep(0.1 * 2**attempt)
+                continue
+            logger.warning("websocket answer not sent", extra={"connection": connection, "error_code": code, "bytes": len(data)})
+            return True
     return True
 
 
 def _close(management: Any, connection: str) -> None:
-    with contextlib.suppress(management.exceptions.GoneException):
+    from botocore.exceptions import ClientError
+
+    try:
         management.delete_connection(ConnectionId=connection)
+    except management.exceptions.GoneException:
+        return
+    except ClientError as exc:  # a revoked key's connection left open: logged, the next message is refused all the same
+        logger.warning("websocket connection not closed", extra={"connection": connection, "error_code": exc.response.get("Error", {}).get("Code", "")})
 
 
 started()  # the function's start-up is over: the collector back on (`sluice.startup`)

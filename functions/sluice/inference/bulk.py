@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.codecs.plain import by_row
 from sluice.domain.errors import (
     Accepted,
     CasesApart,
@@ -47,7 +48,7 @@ from sluice.domain.errors import (
     Unprocessable,
 )
 from sluice.domain.requests import ArrayInputs, PredictionRequest
-from sluice.domain.results import answering_in_place, as_rows, rows_of
+from sluice.domain.results import answering_in_place, rows_of
 from sluice.inference.bulk_routes import groups
 from sluice.inference.selections import (
     Selection,
@@ -103,7 +104,7 @@ class Result:
     order; `rows`: the rows of `Records.arrays` the call took (a driver takes its own columns
     with it: keys, captured outputs); `offsets`: where each record's rows start in the answer,
     and where the last ends (None: one row each). `answer`: the call's, a scalar answer (rank-0
-    outputs) as one row (`as_rows`)."""
+    outputs) as one row, an output not one value per row whole to each (`codecs.plain.by_row`)."""
 
     answer: Answer
     prediction: Prediction | None  # the whole prediction, when the call was `predict`
@@ -358,10 +359,10 @@ class _Bulk:
                 answer = await self.predictions.run_node(self.principal.tenant, self.target, arrays, budget_s=budget)
             except TimeoutError:
                 raise DeadlineExceeded(f"no answer within {budget:g} s") from None
-        shared = as_rows(answer.result)  # shared out by record below: a scalar answer is one row
-        for name, array in shared.outputs.items():  # one row each asked for
-            if array.shape[0] != taken:
-                raise ModelFailed(f"output '{name}' has {array.shape[0]} rows for {taken} asked")  # again if tried again
+        # Shared out by record below: one row each asked for (an output not one value per row,
+        # a scalar or a constant, whole to each; any other of another length, ModelFailed: the
+        # same again if tried again).
+        shared = by_row(answer.signature, answer.result, taken)
         if shared is not answer.result:  # the answer as the call gave it stays as it is (a cache may hold it)
             answer = replace(answer, result=shared)
         return answer

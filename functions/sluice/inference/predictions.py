@@ -40,7 +40,7 @@ from sluice.inference.deployment_reads import DeploymentReads
 from sluice.inference.execution import MAX_REF_DEPTH, MIRROR, Call, PolicyRunner, no_routing, within
 from sluice.inference.graphs import answer_signature, input_signature
 from sluice.inference.inputs import decode_inputs
-from sluice.inference.outcomes import CANCELLED, Outcomes
+from sluice.inference.outcomes import CANCELLED, Outcomes, mark
 from sluice.inference.parsed import ParsedPolicies
 from sluice.inference.references import deleted_at, pin, pin_refs, referenced, unpin, walk_through
 from sluice.inference.reports import Reports
@@ -193,6 +193,10 @@ class PredictionService:
                 await self.bandits.assign(call)
         latency_ms = ms3((time.perf_counter() - started) * 1000)
         rows = rows_of(arrays)
+        cached, sources = None, None
+        if lookup is not None and self.cache is not None:  # kept before the request is counted: a cancel waiting on it counts it once, cancelled
+            await keep(self.cache, self.stats, dep, lookup, answer)
+            cached = False
         self.stats.request(stat_key, latency_ms, ok=True, rows=rows, steps=call.samples)  # a sequence's steps' too: one lock
         if self.profiles is not None:  # held as they are; folded into sketches off the request
             out = answer.result
@@ -201,16 +205,16 @@ class PredictionService:
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
-        cached, sources = None, None
-        if lookup is not None and self.cache is not None:
-            await keep(self.cache, self.stats, dep, lookup, answer)
-            cached = False
-        elif answer.source is not None:  # a precomputed node's rows, by where they came from
+        if cached is None and answer.source is not None:  # a precomputed node's rows, by where they came from
             precomputed = answer.source.count("precomputed") if isinstance(answer.source, list) else rows * (answer.source == "precomputed")
             sources = (precomputed, rows - precomputed)
         self.reports.answered(fields, latency_ms, rows, cached, sources, call)
         if call.mirrors and self.mirror is not None:
-            await self._hand_off(call, latency_ms)
+            try:
+                await self._hand_off(call, latency_ms)
+            except asyncio.CancelledError as cancelled:  # answered and counted: not counted again, cancelled
+                mark(cancelled)
+                raise
         if dep.capture is not None and self.capture is not None:  # sampled and queued, never waited on
             if request.record_ids is None:
                 self.capture.offer(dep, request.request_id, answer, arrays, latency_ms, signature.inputs)

@@ -15,8 +15,8 @@ Three counts, all of this process, each refusing at once rather than letting wor
   once another one shows up, the first gets no new slot above its share, so the slots it gives
   back go to the other. A slot is taken before the request's body is read (it bounds the bodies
   held too); one whose body is still arriving is taken back for a tenant that finds the process
-  full, from a tenant above its share (`Capacity.reading`), so bodies trickled in for as long
-  as each may take cannot keep another tenant out.
+  full, from a tenant above its share (`Capacity.reading`: one slot for one request), so bodies
+  trickled in for as long as each may take cannot keep another tenant out.
 
 `Admission` puts them together for the transports: the HTTP edge, the WebSocket route and the
 gRPC service all enter and leave through the same object, the container's. One event loop does
@@ -175,24 +175,28 @@ class Capacity(_Held):
                 del self._reading[reading.tenant]
 
     def _room_from_readers(self, tenant: str) -> bool:
-        """Room for `tenant` in a full process, taken from the tenants above their share whose
+        """Room for `tenant` in a full process, taken from a tenant above its share whose
         predictions still wait for their bodies (bodies trickled in hold no slot against
-        another tenant, however long each may take): the newest of them cancelled and their
-        slots given back, down to each tenant's share. Whether there is room now."""
-        for other, readers in list(self._reading.items()):
-            while other != tenant and readers and self._held.get(other, 0) > self.share:
-                reading = readers.pop()
-                reading.evicted = True
-                count_down(self._held, other)  # its `leave` gives back nothing more (the edge's)
-                self.total -= 1
-                if reading.task is not None:
-                    reading.task.cancel()
+        another tenant, however long each may take): the newest such prediction of the tenant
+        holding the most slots (by name where two hold as many) cancelled and its slot given
+        back, one slot for one request. Whether there is room now."""
+        while self.total >= self.limit:
+            over = [(self._held.get(other, 0), other) for other in self._reading if other != tenant and self._held.get(other, 0) > self.share]
+            if not over:
+                return False
+            victim = min(over, key=lambda held_other: (-held_other[0], held_other[1]))[1]
+            readers = self._reading[victim]
+            reading = readers.pop()
             if not readers:
-                del self._reading[other]
-        if self.total < self.limit:
-            self._turned_away[tenant] = self._clock()  # it wanted room: the others keep to their shares
-            return True
-        return False
+                del self._reading[victim]
+            reading.evicted = True
+            count_down(self._held, victim)  # its `leave` gives back nothing more (the edge's)
+            self.total -= 1
+            if reading.task is not None:
+                reading.task.cancel()
+        self._turned_away[tenant] = self._clock()  # it wanted room: the others keep to their shares
+        return True
+
 
     def _contended(self, tenant: str) -> bool:
         """Whether another tenant wants room: it has predictions in flight here, or it was

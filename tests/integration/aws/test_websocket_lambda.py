@@ -186,6 +186,36 @@ def test_a_client_gone_before_its_answer_is_no_error(demo: Container, key: tuple
 
 
 
+@pytest.mark.parametrize(("codes", "sent"), [
+    (["LimitExceededException", "LimitExceededException"], True),  # throttled twice, then sent
+    (["LimitExceededException"] * 3, False),  # throttled every time: logged, not a failed invocation
+    (["ForbiddenException"], False),
+    (["PayloadTooLargeException"], False),
+])  # fmt: skip
+def test_an_answer_the_management_api_refuses_is_tried_again_when_throttled_and_logged_otherwise(
+    demo: Container, key: tuple[str, str], caplog: pytest.LogCaptureFixture, codes: list[str], sent: bool
+) -> None:
+    """A post refused for another reason than a client gone (throttling, Forbidden, too large)
+    failed the invocation with botocore's traceback after the prediction had run: the
+    throttled one is tried again (three posts in all), and what is still refused is a warning
+    naming its code; the invocation ends well either way."""
+    key_id, _ = key
+    client = boto3.client(
+        "apigatewaymanagementapi", region_name=REGION, endpoint_url="https://abcdef123.execute-api.eu-west-1.amazonaws.com/v1",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
+    with Stubber(client) as stub:
+        for code in codes:
+            stub.add_client_error("post_to_connection", service_error_code=code, http_status_code=400 if code != "LimitExceededException" else 429)
+        if sent:
+            stub.add_response("post_to_connection", {})
+        event = message('{"request_id": "x", "deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]]}', key_id=key_id)
+        assert route(event, container=demo, clients=_Stubbed(client)) == {"statusCode": 200}  # type: ignore[arg-type]
+        stub.assert_no_pending_responses()
+    warned = [r for r in caplog.records if r.getMessage() == "websocket answer not sent"]
+    assert [r.error_code for r in warned] == ([] if sent else [codes[-1]])  # type: ignore[attr-defined]
+
+
 def test_the_authorizer_function_tells_a_websocket_connect_from_a_rest_request(demo: Container, key: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     import sluice.wiring
     from sluice.handlers import authorizer
