@@ -246,6 +246,23 @@ def test_a_table_that_does_not_fit_the_live_node_is_refused_when_saved(demo: Con
     assert refused.value.field == "policy.key"
 
 
+def test_stored_answers_that_cannot_be_read_are_answered_live_and_counted_unfit_not_missing(recs: Container, acme: Principal) -> None:
+    """Rows the table holds whose stored bodies do not decode under a publication that fits:
+    answered live, and the live source's statistics say why — unfit, as the table holds them —
+    not missing (they were counted missing, as entities the table does not have)."""
+    store = recs.precomputed
+    assert store is not None
+    now = time.time()
+    fitting = [{"name": "variable", "datatype": "FP32", "shape": [-1, 1]}]
+    store.put_answers("acme", "recs", "g1", [("u1", b"not an answer"), ("u2", b"nor this")], computed_at=now, expires_at=now + 60)
+    store.publish("acme", "recs", Publication("g1", "job-g1", "diabetes", fitting, published_at=now, made_at=1.0), expires_at=now + 60)
+    for user in ("u1", "u2", "u3"):
+        request = PredictionRequest("recs", ArrayInputs({"input": np.full((1, 10), 0.02, np.float32)}), headers={"x-user-id": user})
+        assert run_predict(recs, acme, request).answer.source == "live"
+    live = recs.deployments.stats(acme, "recs")["sources"]["live"]
+    assert (live["unfit"], live["missing"]) == (2, 1)
+
+
 def test_a_publication_that_stops_fitting_the_live_node_is_answered_live_until_one_fits(recs: Container, acme: Principal) -> None:
     """Whether a table's answers fit the live node is asked again whenever the publication
     read changes (the answer is kept for the same publication and version): a generation of

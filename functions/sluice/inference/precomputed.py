@@ -205,6 +205,7 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
         except Exception as exc:  # rows that do not fit their publication (a job whose model changed as it ran): answered live
             get_logger().warning("precomputed answers do not fit their publication: answering live", extra={"table": node.table, "error": str(exc)[:200]})
             runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), 0.0, ok=False)
+            unfit += len(at)  # held by the table, so not missing from it: answered live as unfit
             at, kept_entities = [], []
     hits = len(at)
     if hits:
