@@ -76,12 +76,17 @@ def by_row(signature: Signature, result: InferenceResult, rows: int | None = Non
     each record is asked alone). `result` itself is left as it is."""
     outputs = result.outputs
     fixed = _read(signature)[4]
+    if not fixed:  # the usual answer, every output one value per row: as it is (a loop, not a generator: every request's)
+        n = rows
+        for a in outputs.values():
+            shape = a.shape
+            if not shape or (n is not None and shape[0] != n):
+                break
+            n = shape[0]
+        else:
+            return result
     if not outputs:
         return result
-    first = next(iter(outputs.values()))
-    usual = not fixed and getattr(first, "ndim", 0) and all(getattr(a, "ndim", 0) and a.shape[0] == first.shape[0] for a in outputs.values())
-    if usual and (rows is None or first.shape[0] == rows):
-        return result  # every output one value per row: the usual answer, as it is
 
     def whole(name: str, array: np.ndarray) -> bool:
         if not getattr(array, "ndim", 0):
