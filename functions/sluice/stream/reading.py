@@ -23,7 +23,7 @@ from sluice.codecs.binary import json_alone
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.json_text import exact_where_long, too_deep
 from sluice.codecs.json_text import loads as loads_or_too_deep
-from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
+from sluice.domain.errors import BadRequest, InvalidInput, InvalidRequest, SluiceError
 from sluice.domain.requests import (
     PredictionRequest,
     RowInputs,
@@ -169,6 +169,10 @@ class RecordReader:
             raise BadRequest(f"this source is bound to deployment '{self.deployment}', not '{named}'", field="deployment")
         _refuse_names_given_twice(raw, body)
         features = body.get("features")
+        if features is not None and type(features) is not dict and (type(features) is not list or any(type(v) in (dict, list) for v in features)):
+            # A record's features: an object of names and values, or one row's values in order (a
+            # list of rows is `batch`); anything else refused naming `features`, not the shape it made.
+            raise InvalidRequest("features must be an object of feature names and values, or one row's values in order", field="features")
         inputs = body.get("inputs")
         if isinstance(inputs, list) and inputs and all(isinstance(t, dict) and "datatype" in t for t in inputs):
             wanted = TensorInputs(tuple(_tensor(t, i) for i, t in enumerate(inputs)))
