@@ -49,11 +49,11 @@ from sluice.batch.publishing import (
     withdraw_job,
 )
 from sluice.batch.score import ChunkScorer
-from sluice.batch.uris import bucket_and_key, join
+from sluice.batch.uris import bucket_and_key, holds_input, join
 from sluice.batch.wire import chunk_scored, job_summary
 from sluice.batch.written import as_written, is_as_written, not_as_written
 from sluice.domain import Principal, now
-from sluice.domain.errors import Conflict, SluiceError
+from sluice.domain.errors import BadRequest, Conflict, SluiceError
 from sluice.domain.jobs import ERROR_CHARS, BatchJob, OutputInUse
 from sluice.domain.locations import Root
 from sluice.inference.bulk import check_answers_in_place
@@ -196,6 +196,8 @@ class BatchRunner:
         """Remove an earlier job's results from the output folder (only the names a job
         writes: anything else there is left alone), `_SUCCESS` first."""
         stale = [n for n in self.files.names(job.output_uri, depth=1) if RESULT_NAMES.fullmatch(n)]  # its names: in it and in errors/
+        if holds_input(job.output_uri, job.input_uri):  # refused at submit; a job written before that never deletes its input
+            raise BadRequest(f"the output folder {job.output_uri} holds the input {job.input_uri}", field="output_uri")
         for name in sorted(stale, key=lambda n: n != SUCCESS):
             self.files.delete(join(job.output_uri, name))
 

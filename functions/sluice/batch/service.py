@@ -31,7 +31,7 @@ from sluice.batch.error_files import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX, first_e
 from sluice.batch.executions import job_for_execution
 from sluice.batch.liveness import JobLiveness
 from sluice.batch.objects import is_manifest, is_many
-from sluice.batch.uris import as_uri, format_of, is_s3, split_s3
+from sluice.batch.uris import as_uri, format_of, holds_input, is_s3, split_s3
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
 from sluice.domain.jobs import (
@@ -142,6 +142,12 @@ class BatchService:
             publish=PublishTarget.parse(publish),
             operator=operator and source not in ("upload", "inbox"),
         )
+        if holds_input(job.output_uri, job.input_uri):  # its Plan clears an earlier job's parts there: the input's own files
+            raise BadRequest(
+                f"the output folder {job.output_uri} holds the input {job.input_uri}: a job's results replace the part files "
+                "an earlier job left in its output folder, which would be its input; give another output folder",
+                field="output_uri",
+            )
         if operator and output_uri is not None and self.files is not None:  # a folder the CLI names
             self.files.check_folder(job.output_uri)
         if runs_here or (start and getattr(self.orchestrator, "keeps_heartbeat", False)):
@@ -377,3 +383,4 @@ def input_format(uri: str, format: str | None, *, source: str | None = None) -> 
             )
         return "parquet"  # until Plan records the objects' format; results default to Parquet
     return check_format(format, field="format") if format else format_of(uri)
+

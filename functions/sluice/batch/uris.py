@@ -64,3 +64,10 @@ def format_of(uri: str) -> str:
         f"cannot tell the format of {name!r}: name it .parquet, .csv or .jsonl, or give the format",
         field="format",
     )
+
+
+def holds_input(output_uri: str, input_uri: str) -> bool:
+    """Whether the output folder `output_uri` (ending in /) is, or holds, the input (a file or
+    a prefix): the one folder a job may not write to (its Plan clears the part files an
+    earlier job left there)."""
+    return (input_uri.rstrip("/") + "/").startswith(output_uri)

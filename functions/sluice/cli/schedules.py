@@ -37,7 +37,11 @@ def _line(schedule: Schedule) -> dict[str, Any]:
 def cmd_create(args: argparse.Namespace) -> int:
     if bool(args.cron) == bool(args.rate):
         raise BadRequest("give one of --cron or --rate", field="expression")
-    expression = f"cron({args.cron})" if args.cron else f"rate({args.rate})"
+    # The bare fields (`--cron '0 2 * * ? *'`), or the whole expression as the API and the docs
+    # write it (`--cron 'cron(0 2 * * ? *)'`): wrapped once, never twice.
+    kind, given = ("cron", args.cron) if args.cron else ("rate", args.rate)
+    given = given.strip()
+    expression = given if given.startswith(f"{kind}(") and given.endswith(")") else f"{kind}({given})"
     catalog = None
     if args.catalog:
         database, _, table_name = args.catalog.partition(".")

@@ -123,6 +123,25 @@ def test_an_output_folder_that_is_a_file_is_refused_and_leaves_nothing_behind(ho
     assert code == 0 and "job-" not in out  # nothing was created
 
 
+def test_an_output_folder_that_holds_the_input_is_refused_and_the_input_kept(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Inputs named as a job's parts (an earlier job's output scored again, a Spark partition),
+    with the output folder the one that holds them: the job's Plan cleared the earlier parts
+    there — the input itself, gone for good. Refused at submit, naming `output_uri`; the files stay."""
+    sluice(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    sluice(capsys, "deployments", "create", "iris", "--model", "iris")
+    partition = tmp_path / "spark" / "dt=1"
+    partition.mkdir(parents=True)
+    for name in ("part-00000.csv", "part-00001.csv"):
+        (partition / name).write_text("sepal_length,sepal_width,petal_length,petal_width\n5.1,3.5,1.4,0.2\n")
+    for source, out in ((partition, partition), (partition / "part-00000.csv", partition), (partition, tmp_path / "spark")):
+        for command in ("run", "submit"):
+            code, _, err = sluice(capsys, "batch", command, str(source), "--deployment", "iris", "--out", str(out), "--format", "csv")
+            assert code == 2 and "output_uri" in err and "holds the input" in err, (command, source, out, err)
+    assert sorted(p.name for p in partition.iterdir()) == ["part-00000.csv", "part-00001.csv"]
+    code, out, err = sluice(capsys, "batch", "run", str(partition), "--deployment", "iris", "--out", str(partition / "scored"), "--format", "csv")
+    assert code == 0, err  # an output folder inside the input's is no input of its own: allowed, as before
+
+
 def test_a_job_whose_folder_became_a_file_fails_with_a_reason_and_every_command_still_works(
     home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

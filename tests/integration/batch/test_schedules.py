@@ -796,6 +796,10 @@ def test_the_cli_manages_schedules(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert code == 0 and "no runs yet" in out and '"state": "ENABLED"' in out
         code, out = sluice("batch", "schedule", "create", "other", "--deployment", "iris", "--input", template, "--cron", "0 2 * *")
         assert code != 0 and "expression" in out
+        for flag, given, stored in (("--cron", "cron(0 3 * * *)", "cron(0 3 * * *)"), ("--rate", " rate(1 hour) ", "rate(1 hour)")):  # as the API writes them: wrapped once
+            code, out = sluice("batch", "schedule", "create", f"whole-{flag[2:]}", "--deployment", "iris", "--input", template, flag, given)
+            assert code == 0 and registry.get_schedule("acme", f"whole-{flag[2:]}").expression == stored, out
+            assert sluice("batch", "schedule", "delete", f"whole-{flag[2:]}")[0] == 0
         code, out = sluice("batch", "schedule", "create", "other", "--deployment", "iris", "--input", template,
                            "--rate", "1 hour", "--timezone", "Nowhere/Land")  # fmt: skip
         assert code != 0 and "timezone" in out
