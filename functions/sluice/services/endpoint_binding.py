@@ -124,6 +124,21 @@ class Binder:
             return dep, touched
         return self.deployments.update(principal, dep.name, policy_dict(restored), expected_revision=dep.revision), touched
 
+    def check_alone(self, tenant: str, name: str, endpoint: str) -> None:
+        """Conflict where a deployment other than `name` routes to a version bound to `endpoint`
+        (a policy naming `mlp:3` after `name`'s deploy bound it): undeploying `name` would delete
+        the endpoint that deployment's requests go to."""
+        for other in self.registry.list_deployments(tenant):
+            if other.name == name:
+                continue
+            for node in walk(parse_policy(other.policy)):
+                if isinstance(node, Single) and bound_to(self._version(tenant, node), endpoint):
+                    raise Conflict(
+                        f"deployment '{other.name}' routes to {node.model}:{node.version}, which endpoint {endpoint} serves: "
+                        f"point it at another version before undeploying '{name}'",
+                        field="endpoint",
+                    )
+
     def delete_bound_versions(self, tenant: str, endpoint: str, models: set[str]) -> list[str]:
         """The versions bound to `endpoint` that no deployment names, deleted (as a version's
         delete is: refused where a deployment naming it was written meanwhile, then decided
@@ -144,8 +159,9 @@ class Binder:
                 versions = self.registry.list_versions(tenant, model)
             except NotFound:
                 continue
+            sources = {v.config.get("source_version") for v in versions if v.runtime == "sagemaker"}  # what another binding restores
             for version in versions:
-                if bound_to(version, endpoint) and (model, version.version) not in used:
+                if bound_to(version, endpoint) and (model, version.version) not in used and version.version not in sources:
                     self.registry.delete_version(tenant, model, version.version, catalog=catalog)
                     deleted.append(version.ref)
         return deleted

@@ -21,11 +21,10 @@ A request's options are checked against its mode before anything is made
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain.errors import BadRequest, Conflict, NotFound, Unprocessable
-from sluice.domain.policy import Single, Split, parse_policy, policy_dict
+from sluice.domain.policy import MAX_WEIGHT, Single, Split, parse_policy, policy_dict
 from sluice.endpoints.control import (
     MAX_VARIANTS,
     SCALE_TO_ZERO,
@@ -271,8 +270,10 @@ class EndpointService:
             variant = state.variant(key)
             if variant is None:
                 raise BadRequest(f"no variant '{key}'; the endpoint has {[v.label for v in state.variants]}", field=f"weights.{key}")
-            if not isinstance(weight, int | float) or isinstance(weight, bool) or not 0 <= weight < math.inf:  # NaN too
-                raise BadRequest("a weight is a finite number of 0 or more", field=f"weights.{key}")
+            if not isinstance(weight, int | float) or isinstance(weight, bool) or not 0 <= weight <= MAX_WEIGHT:  # NaN and infinity too
+                # The policy's split takes the same weights, with the same bound: refused here, before
+                # the endpoint's weights are changed (a weight the policy then refused left the two apart).
+                raise BadRequest(f"a weight is a number from 0 to {MAX_WEIGHT:.0f}", field=f"weights.{key}")
             out[variant.name] = float(weight)
         if out:
             total = sum(out.get(v.name, v.desired_weight or 0.0) for v in state.variants)
@@ -312,6 +313,7 @@ class EndpointService:
         state = self.control.describe(endpoint)
         if state is not None and state.tenant not in ("", principal.tenant):
             state = None
+        self.binder.check_alone(principal.tenant, name, endpoint)  # before anything is changed
         dep, touched = self.binder.unbind(principal, dep, endpoint)
         deleted = self.control.undeploy(endpoint, state)
         touched |= {v.model for v in state.variants if v.model} if state else set()

@@ -350,6 +350,14 @@ class ModelService:
         from sluice.domain.policy import parse_policy, referenced_versions
 
         what = f"version {version} of '{model}'" if version else f"model '{model}'"
+        if version is not None:  # the version an endpoint's binding points a deployment back at when it is undeployed
+            bound = next((v for v in self.registry.list_versions(tenant, model) if v.runtime == "sagemaker" and v.config.get("source_version") == version), None)
+            if bound is not None:
+                raise Conflict(
+                    f"{what} is what version {bound.version} (served by endpoint {bound.config.get('endpoint_name')}) stands for: "
+                    "undeploying that endpoint points its deployment back at it; undeploy it first",
+                    field="model",
+                )
         for deployment in self.registry.list_deployments(tenant):
             for target in referenced_versions(parse_policy(deployment.policy)):
                 if target.model == model and version in (None, target.version):

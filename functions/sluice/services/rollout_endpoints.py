@@ -66,7 +66,6 @@ class RolloutEndpoints:
         endpoint = endpoint_name(dep.tenant, dep.name)
         if not self.binder.bound(dep, endpoint):
             return None
-        stable = self._stable_shares(dep, endpoint)
         state = self.control.describe(endpoint)
         if state is None or state.tenant not in ("", dep.tenant):
             raise Conflict(
@@ -82,6 +81,7 @@ class RolloutEndpoints:
                 "endpoint: a rollout moves real-time variants' weights only; undeploy it to roll out in process",
                 field="endpoint",
             )
+        stable = self._stable_shares(dep, endpoint)  # after the mode's check: an inference component's version names no variant
         before = {v.name: float(v.desired_weight or 0.0) for v in state.variants}
         plan: dict[str, Any] = {"name": endpoint, "stable": stable, "before": before}
         if bound_to(version, endpoint):

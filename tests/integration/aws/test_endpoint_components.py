@@ -375,3 +375,18 @@ def test_undeploy_removes_autoscaling_alarms_components_endpoint_config_and_mode
     assert deleted["versions"] == ["mlp:3", "mlp:4"]
     policy = world.container.deployments.get(ACME, "ranker").policy
     assert [v["target"]["version"] for v in policy["variants"]] == [1, 2]  # in process again
+
+
+def test_a_rollout_of_a_deployment_on_components_is_refused_naming_the_endpoint(world: World) -> None:
+    """A rollout moves real-time variants' weights; an inference-component endpoint's versions
+    name components, not variants: a 409 naming `endpoint` (it was a 500, a KeyError on the
+    version's variant read before the endpoint's mode was looked at)."""
+    _deploy(world)
+    _in_service(world)
+    world.account.look("InService", {BLUE: "InService", GREEN: "InService"}, registered=True, tags=world.account.tags)
+    world.client.raise_server_exceptions = False  # type: ignore[attr-defined]
+    r = world.client.post(
+        "/api/v1/deployments/ranker/rollout", json={"to": "mlp:1", "steps": "5,50,100", "every": "10m", "gate": ["error_rate<=0.01"]},
+        headers=auth(world.key),
+    )  # fmt: skip
+    assert r.status_code == 409 and r.json()["field"] == "endpoint" and "inference-component" in r.json()["error"], r.text

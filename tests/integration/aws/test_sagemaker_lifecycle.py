@@ -386,6 +386,7 @@ BAD_DEPLOYS = [
 BAD_SCALES = [
     ({"weights": {"blue": 1, "purple": 1}}, "weights.purple", "no variant 'purple'"),
     ({"weights": {"blue": 0, "green": 0}}, "weights", "more than 0"),
+    ({"weights": {"blue": 2e9, "green": 1}}, "weights.blue", "from 0 to 1000000000"),  # past the policy's bound: refused before the endpoint moves
     ({"min_instances": 4, "max_instances": 2}, "min_instances", "above max_instances"),
     ({"min_instances": 0, "max_instances": 2}, "min_instances", "inference components"),
     ({"desired_instances": 0}, "desired_instances", "inference components"),
