@@ -78,8 +78,12 @@ def test_the_component_is_named_in_invoke_endpoint(iris: ModelVersion) -> None:
 def test_no_capacity_is_a_503_without_a_fallback(iris: ModelVersion) -> None:
     runtime, stub = _stubbed(fallback=None)
     stub.add_client_error("invoke_endpoint", "ValidationError", NO_CAPACITY, 400)
-    with pytest.raises(Unavailable, match="scaled to zero"):
+    with pytest.raises(Unavailable, match="scaled to zero") as refused:
         asyncio.run(runtime.infer(_on_component(iris, fallback="in_process"), {"input": ROWS}))
+    from sluice.api.errors import error_content
+
+    status, _, headers = error_content(refused.value)
+    assert (status, headers) == (503, {"Retry-After": "60"})  # a copy starts in minutes: said when to come back
     # and the fallback is taken only when the version asks for it
     calls: list[str] = []
     runtime, stub = _stubbed(fallback=lambda: calls.append("asked") or None)

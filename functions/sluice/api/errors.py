@@ -81,6 +81,8 @@ def error_content(exc: Exception, path: str = "") -> tuple[int, dict[str, Any], 
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         if isinstance(exc, (RateLimited, Overloaded)):
             headers = {"Retry-After": str(exc.retry_after_s)}
+        elif exc.status in (429, 503) and type(exc.details.get("retry_after_s")) is int:  # a backend's, where it tells (SageMaker's)
+            headers = {"Retry-After": str(exc.details["retry_after_s"])}
         if isinstance(exc, Accepted):
             headers = {"Location": exc.location}
         if isinstance(exc, UnsupportedEncoding):  # RFC 9110: the codings that are taken

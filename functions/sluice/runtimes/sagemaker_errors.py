@@ -54,7 +54,7 @@ async def retrying(
             error = mapped(exc, target)
             throttled = isinstance(error, Throttled)
             if not throttled or attempt >= retries:
-                raise (Unavailable("the endpoint is throttling requests; retry later") if throttled else error) from None
+                raise (Unavailable("the endpoint is throttling requests; retry later", retry_after_s=1) if throttled else error) from None
             # Full jitter, doubling: spread retries of concurrent callers apart.
             await sleep(random.uniform(0, backoff_s * (2**attempt)))
             attempt += 1
@@ -110,12 +110,12 @@ def mapped(exc: Exception, target: EndpointTarget) -> SluiceError:
                 return InvalidInput("the model server rejected the request's inputs", field="inputs")
             return BackendError(f"the model container refused the request ({status})")
         if status in (429, 503):
-            return Unavailable("the model container is busy; retry shortly")
+            return Unavailable("the model container is busy; retry shortly", retry_after_s=1)
         return BackendError(f"the model container failed ({status or 'no status'})")
     if code in ("ServiceUnavailable", "ModelNotReadyException"):
-        return Unavailable("the SageMaker endpoint is not available right now")
+        return Unavailable("the SageMaker endpoint is not available right now", retry_after_s=5)
     if code == "ValidationError" and "no capacity" in message.lower():
-        return NoCapacity("the endpoint's inference component has scaled to zero; a copy is starting (minutes): retry later")
+        return NoCapacity("the endpoint's inference component has scaled to zero; a copy is starting (minutes): retry later", retry_after_s=60)
     if code == "ValidationError" and "not found" in message.lower():
         return BackendError(f"SageMaker endpoint '{target.endpoint_name}' does not exist")
     return BackendError(f"SageMaker failed ({code or 'unknown error'})")
