@@ -239,3 +239,27 @@ def test_captured_scalar_requests_replay_each_alone_and_are_compared(demo: Conta
     out = demo.replay.replay(acme, "scalar", since="1h", against="scalar:2")
     assert (out["records"], out["rows"], out["scored_rows"], out["failed_rows"], out["failures"]) == (6, 6, 6, 0, {}), out
     assert out["verdict"]["compared"] == 6 and out["verdict"]["max_abs_diff"] == 0.0, out["verdict"]
+
+
+def test_a_model_with_a_text_output_replays_to_a_verdict(demo: Container, acme: Principal, keys: dict[str, str]) -> None:
+    """A model answering text beside numbers (the demo's `words`: `code` INT64 and `echo`
+    BYTES, both values): replayed against itself, its numbers compared and its text left out of
+    the differences (a 500: the text was read as floats)."""
+    import sys
+
+    from tests.conftest import REPO
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from make_demo_models import words as words_model
+    finally:
+        sys.path.pop(0)
+    version = demo.models.push(acme, "words", words_model())
+    demo.deployments.create(acme, "words", {"kind": "single", "model": "words", "version": version.version}, capture={"sample_percent": 100})
+    client = TestClient(create_app(demo))
+    body = {"inputs": [{"name": "text", "shape": [2, 1], "datatype": "BYTES", "data": ["red", "blue"]}]}
+    assert client.post("/v2/models/words/infer", json=body, headers=auth(keys["acme"])).status_code == 200
+    assert demo.capture is not None and demo.capture.drain()
+    r = client.post("/api/v1/deployments/words/replay", json={"since": "1h", "against": "words"}, headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+    assert r.json()["scored_rows"] == 2 and r.json()["verdict"]["max_abs_diff"] == 0.0

@@ -111,8 +111,10 @@ def _differences(
         else:
             for spec in primary_sig.outputs:
                 if spec.role == "value" and spec.name in primary.outputs and spec.name in mirror.outputs:
-                    a = np.asarray(primary.outputs[spec.name], dtype=np.float64)
-                    b = np.asarray(mirror.outputs[spec.name], dtype=np.float64)
+                    a, b = np.asarray(primary.outputs[spec.name]), np.asarray(mirror.outputs[spec.name])
+                    if a.dtype.kind not in "biuf" or b.dtype.kind not in "biuf":  # text (BYTES): no difference to measure
+                        continue
+                    a, b = a.astype(np.float64), b.astype(np.float64)
                     if a.shape == b.shape:
                         diffs.append(_by_row(np.abs(a - b)))
     return diffs
