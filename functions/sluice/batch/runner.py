@@ -49,7 +49,7 @@ from sluice.batch.publishing import (
     withdraw_job,
 )
 from sluice.batch.score import ChunkScorer
-from sluice.batch.uris import bucket_and_key, holds_input, join
+from sluice.batch.uris import bucket_and_key, join, where
 from sluice.batch.wire import chunk_scored, job_summary
 from sluice.batch.written import as_written, is_as_written, not_as_written
 from sluice.domain import Principal, now
@@ -62,7 +62,7 @@ from sluice.observability import Telemetry
 from sluice.stats.recorder import Key, Sample, StatsRecorder
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from sluice.batch.filestore import FileStore
     from sluice.domain.jobs import ChunkResult
@@ -196,10 +196,40 @@ class BatchRunner:
         """Remove an earlier job's results from the output folder (only the names a job
         writes: anything else there is left alone), `_SUCCESS` first."""
         stale = [n for n in self.files.names(job.output_uri, depth=1) if RESULT_NAMES.fullmatch(n)]  # its names: in it and in errors/
-        if holds_input(job.output_uri, job.input_uri):  # refused at submit; a job written before that never deletes its input
-            raise BadRequest(f"the output folder {job.output_uri} holds the input {job.input_uri}", field="output_uri")
+        if stale:
+            self._refuse_clearing_input(job, stale)
         for name in sorted(stale, key=lambda n: n != SUCCESS):
             self.files.delete(join(job.output_uri, name))
+
+    def _input_of(self, job: BatchJob) -> Callable[[str], bool]:
+        """Whether a URI is a file of the job's input: the input itself, under its prefix, or
+        listed by its manifest, each compared where it is (a local path resolved: `..`, links,
+        `dt%3D1` and `dt=1` alike). What clearing an output folder never deletes."""
+        from sluice.batch.objects import is_manifest, list_objects
+
+        inputs: set[str] = set()
+        prefix = None
+        if is_manifest(job.input_uri):
+            with contextlib.suppress(SluiceError):  # Plan refuses a manifest it cannot read, naming it
+                inputs = {where(uri) for uri, _ in list_objects(job.input_uri, self.files, version=job.input_version)[1]}
+            inputs.add(where(job.input_uri))
+        else:
+            inputs = {where(job.input_uri)}
+            prefix = where(job.input_uri).rstrip("/") + "/"
+        return lambda uri: (found := where(uri)) in inputs or (prefix is not None and found.startswith(prefix))
+
+    def _refuse_clearing_input(self, job: BatchJob, stale: list[str]) -> None:
+        """BadRequest (naming `output_uri`, nothing deleted) where a result name to clear is a
+        file of the job's input (`_input_of`). Submit refuses the plain cases (`holds_input`);
+        this is the rule every spelling meets."""
+        is_input = self._input_of(job)
+        for name in stale:
+            if is_input(join(job.output_uri, name)):
+                raise BadRequest(
+                    f"the output folder {job.output_uri} holds the input's {name}: a job's results replace the part files an "
+                    "earlier job left in its output folder, which here are its input; give another output folder",
+                    field="output_uri",
+                )
 
     def chunks(self, planned: dict[str, Any]) -> list[Chunk]:
         return [Chunk.from_dict(c) for c in json.loads(self.files.read_bytes(planned["chunks"]["uri"]))]
@@ -322,14 +352,19 @@ class BatchRunner:
         recorded chunks do not list (a try whose recording failed, never tried again once the
         job stopped), and a manifest that says so. The record in the registry is what counts;
         the manifest is a courtesy."""
+        listed = {uri for c in chunks for uri in (c.part, c.errors) if uri}
+        stale: list[str] = []
+        with contextlib.suppress(SluiceError):
+            names = self.files.names(job.output_uri, depth=1)  # its names: in it and in errors/
+            stale = [join(job.output_uri, n) for n in names if RESULT_NAMES.fullmatch(n) and n not in (SUCCESS, MANIFEST)]
+            stale = [uri for uri in stale if uri not in listed]
+            if stale and any(map(self._input_of(job), stale)):  # the folder holds its input (refused by Plan): not the job's to touch
+                return
         with contextlib.suppress(SluiceError):
             self.files.delete(join(job.output_uri, SUCCESS))
-        listed = {uri for c in chunks for uri in (c.part, c.errors) if uri}
         with contextlib.suppress(SluiceError):
-            for name in self.files.names(job.output_uri, depth=1):  # its names: in it and in errors/
-                uri = join(job.output_uri, name)
-                if RESULT_NAMES.fullmatch(name) and name not in (SUCCESS, MANIFEST) and uri not in listed:
-                    self.files.delete(uri)
+            for uri in stale:
+                self.files.delete(uri)
         with contextlib.suppress(SluiceError):
             self.files.write_bytes(
                 join(job.output_uri, MANIFEST), self._manifest(job, chunks, status, error),

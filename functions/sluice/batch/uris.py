@@ -68,6 +68,16 @@ def format_of(uri: str) -> str:
 
 def holds_input(output_uri: str, input_uri: str) -> bool:
     """Whether the output folder `output_uri` (ending in /) is, or holds, the input (a file or
-    a prefix): the one folder a job may not write to (its Plan clears the part files an
-    earlier job left there)."""
-    return (input_uri.rstrip("/") + "/").startswith(output_uri)
+    a prefix), each where it is (`where`): the one folder a job may not write to (its Plan
+    clears the part files an earlier job left there; Plan checks each file it would clear too)."""
+    return (where(input_uri).rstrip("/") + "/").startswith(where(output_uri).rstrip("/") + "/")
+
+
+def where(uri: str) -> str:
+    """`uri` as the place it names, to tell two spellings of one place apart: a local file URL
+    as its resolved path (`..`, links and percent-quoting undone: `dt%3D1` is `dt=1`), kept with
+    a trailing slash where it has one; an S3 URI as it is (S3 keys are their own text)."""
+    if not uri.startswith("file:"):
+        return uri
+    resolved = str(path_of_file_url(uri).resolve())
+    return resolved + "/" if uri.endswith("/") and not resolved.endswith("/") else resolved

@@ -129,7 +129,8 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
     if not source.is_file() and not source.is_dir():
         what = "not a file or a folder (a device, a pipe or a socket)" if source.exists() else "no such file or folder"
         raise SluiceError(f"{what}: {source}", field="file")
-    out = Path(args.out).expanduser() if args.out else default_out(source)
+    # A URI as given (`file:///…`, `s3://…`: a Path would read `file:///x` as the relative `file:/x`), a path made absolute.
+    out = (args.out if "://" in args.out else Path(args.out).expanduser()) if args.out else default_out(source)
     batch = pieces.batch()
     job = batch.submit(
         operator(args), deployment=args.deployment, input_uri=str(source), format=args.input_format,

@@ -137,9 +137,23 @@ def test_an_output_folder_that_holds_the_input_is_refused_and_the_input_kept(hom
         for command in ("run", "submit"):
             code, _, err = sluice(capsys, "batch", command, str(source), "--deployment", "iris", "--out", str(out), "--format", "csv")
             assert code == 2 and "output_uri" in err and "holds the input" in err, (command, source, out, err)
+    # Other spellings of the same places: a file URL as typed (`dt=1`, where the input's is
+    # `dt%3D1`), a link, `..`, a manifest listing the files, the parts under the input's prefix.
+    (tmp_path / "link").symlink_to(partition)
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"files": [str(partition / "part-00000.csv"), str(partition / "part-00001.csv")]}))
+    for source, out in (
+        (str(partition), f"file://{partition}/"),
+        (str(partition), str(tmp_path / "link")),
+        (str(partition), f"{tmp_path}/spark/x/../dt=1"),
+        (str(manifest), str(partition)),
+        (str(tmp_path / "spark"), str(partition)),
+    ):
+        code, said, err = sluice(capsys, "batch", "run", source, "--deployment", "iris", "--out", out, "--format", "csv")
+        assert code != 0 and "holds the input" in said + err and "Traceback" not in err, (source, out, said, err)  # refused at submit, or the job failed by Plan
     assert sorted(p.name for p in partition.iterdir()) == ["part-00000.csv", "part-00001.csv"]
     code, out, err = sluice(capsys, "batch", "run", str(partition), "--deployment", "iris", "--out", str(partition / "scored"), "--format", "csv")
-    assert code == 0, err  # an output folder inside the input's is no input of its own: allowed, as before
+    assert code == 0, err  # an output folder inside the input's holding no file of it: allowed, as before
 
 
 def test_a_job_whose_folder_became_a_file_fails_with_a_reason_and_every_command_still_works(
