@@ -132,9 +132,17 @@ class Binder:
             if other.name == name:
                 continue
             for node in walk(parse_policy(other.policy)):
-                if isinstance(node, Single) and bound_to(self._version(tenant, node), endpoint):
+                if not isinstance(node, Single):
+                    continue
+                version = self._version(tenant, node)
+                # Its own version, or the one its binding stands for (an endpoint deployed from a
+                # policy that routed here: undeploying it would point it back at this endpoint's).
+                source = version.config.get("source_version") if version is not None and version.runtime == "sagemaker" else None
+                stands_on = self._version(tenant, Single(model=node.model, version=source)) if type(source) is int else None
+                if bound_to(version, endpoint) or bound_to(stands_on, endpoint):
                     raise Conflict(
-                        f"deployment '{other.name}' routes to {node.model}:{node.version}, which endpoint {endpoint} serves: "
+                        f"deployment '{other.name}' routes to {node.model}:{node.version}, which "
+                        f"{'stands on a version ' if not bound_to(version, endpoint) else ''}endpoint {endpoint} serves: "
                         f"point it at another version before undeploying '{name}'",
                         field="endpoint",
                     )

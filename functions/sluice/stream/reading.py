@@ -169,7 +169,7 @@ class RecordReader:
             raise BadRequest(f"this source is bound to deployment '{self.deployment}', not '{named}'", field="deployment")
         _refuse_names_given_twice(raw, body)
         features = body.get("features")
-        if features is not None and type(features) is not dict and (type(features) is not list or any(type(v) in (dict, list) for v in features)):
+        if features is not None and type(features) is not dict and (type(features) is not list or not features or any(type(v) in (dict, list) for v in features)):
             # A record's features: an object of names and values, or one row's values in order (a
             # list of rows is `batch`); anything else refused naming `features`, not the shape it made.
             raise InvalidRequest("features must be an object of feature names and values, or one row's values in order", field="features")

@@ -53,3 +53,16 @@ def test_an_endpoint_another_deployment_routes_to_is_not_undeployed(world: Endpo
     assert world.container.deployments.get(ACME, "a").policy == policy  # nothing changed
     world.container.deployments.update(ACME, "b", {"kind": "single", "model": "mlp", "version": 2}, expected_revision=None)
     assert _call(world, "DELETE", "/api/v1/deployments/a/endpoint").status_code == 200
+
+
+def test_an_endpoint_another_binding_stands_on_is_not_undeployed(world: EndpointsWorld) -> None:
+    """b was deployed from a policy that routed to a's endpoint (b's bound version stands for
+    a's): undeploying a would leave b pointed back, at its own undeploy, at a deleted endpoint."""
+    policy = _deployed(world, "a")
+    world.container.deployments.create(ACME, "b", policy)
+    assert _call(world, "POST", "/api/v1/deployments/b/endpoint", {"instance_type": "ml.g4dn.xlarge"}).status_code in (200, 201, 202)
+    assert world.container.deployments.get(ACME, "b").policy != policy  # b routes to its own endpoint now
+    refused = _call(world, "DELETE", "/api/v1/deployments/a/endpoint")
+    assert refused.status_code == 409 and "deployment 'b'" in refused.json()["error"] and "stands on" in refused.json()["error"], refused.text
+    assert _call(world, "DELETE", "/api/v1/deployments/b/endpoint").status_code == 200  # b back at a's version
+    assert world.container.deployments.get(ACME, "b").policy == policy

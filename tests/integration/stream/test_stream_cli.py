@@ -126,7 +126,7 @@ def test_a_line_nested_past_the_limit_is_one_error_line_not_a_traceback(here: No
     assert [o["prediction"] for o in out[:2] + out[3:]] == ["setosa", "virginica", "setosa", "virginica"]
 
 
-@pytest.mark.parametrize("features", ['[{"sepal_length": 5.1}, {"sepal_length": 6.2}]', "[[5.1, 3.5, 1.4, 0.2]]", '"5.1"', "7"])
+@pytest.mark.parametrize("features", ['[{"sepal_length": 5.1}, {"sepal_length": 6.2}]', "[[5.1, 3.5, 1.4, 0.2]]", '"5.1"', "7", "[]"])
 def test_features_that_are_not_an_object_are_refused_naming_features_as_the_api_refuses_them(here: None, tmp_path: Path, features: str) -> None:
     """A line's `features` are an object of names and values, or one row's values in order: a
     list of objects (or of rows, or a lone value) was read as one row of a shape the model does
