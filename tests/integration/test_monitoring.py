@@ -232,3 +232,29 @@ def test_a_column_whose_values_changed_kind_since_the_baseline_alerts_everywhere
     closed = demo.monitor.closed("acme", "ident", at=window["window_end"] + 1)
     assert closed is not None and closed["check"]["verdict"] == "alert"
     assert demo.monitor.drift("acme", "ident", 2, "") == GONE_DRIFT  # the rollout gate: the most drift there is
+
+
+@pytest.mark.parametrize("spelled", ["NaN", "Infinity", "-Infinity"])
+def test_a_classifiers_label_that_is_not_a_finite_number_is_refused_naming_it(client: TestClient, keys: dict[str, str], demo: Container, spelled: str) -> None:
+    """JSON's NaN (Python's parser takes it) was the class "nan": matched, a miss, accuracy
+    lowered. A 400 naming the label, as another label that is no class gets."""
+    headers = auth(keys["acme"])
+    demo.predictions.kept.mode = "all"  # type: ignore[union-attr]
+    r = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": iris_rows(3, 1), "request_id": "r-1"}, headers=headers)
+    assert r.status_code == 200
+    demo.predictions.kept.flush()  # type: ignore[union-attr]
+    body = '{"labels": [{"request_id": "r-1", "row": 2, "label": %s}]}' % spelled
+    r = client.post(BASE + "/labels", content=body, headers={**headers, "content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["field"] == "labels[0].label", r.text
+
+
+def test_a_split_variant_may_not_be_named_as_monitoring_names_unsplit_traffic(client: TestClient, keys: dict[str, str]) -> None:
+    """`default` is what monitoring calls the traffic of a deployment without a split
+    (`?variant=default`): a split variant of that name read as the same traffic, its own quality
+    out of reach. Refused, naming the variant's name; a policy stored with one keeps it."""
+    split = {"kind": "split", "variants": [
+        {"name": "b", "weight": 1, "target": {"model": "iris", "version": 1}},
+        {"name": "default", "weight": 1, "target": {"model": "iris", "version": 1}},
+    ]}  # fmt: skip
+    r = client.post("/api/v1/deployments", json={"name": "split", "policy": split}, headers=auth(keys["acme"]))
+    assert r.status_code == 422 and r.json()["field"] == "policy.variants.1.name" and "'default'" in r.json()["error"], r.text

@@ -8,6 +8,7 @@ deployment is not found, another tenant's request ids are never found."""
 from __future__ import annotations
 
 import importlib.util
+import math
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import now
@@ -392,6 +393,8 @@ def _label(kind: str, label: Any, field: str) -> Any:
     if kind == CLASS:
         if isinstance(label, bool | dict | list) or label is None:
             raise InvalidInput(f"a classifier's label is a class (text or a number), not {type(label).__name__}", field=field)
+        if isinstance(label, float) and not math.isfinite(label):  # NaN or infinity: no class (it was the class "nan")
+            raise InvalidInput(f"a classifier's label is a class (text or a number), not {label}", field=field)
         return class_word(label)
     try:
         value = float(label)

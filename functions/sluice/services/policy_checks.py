@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain.capture import check_redacted
-from sluice.domain.errors import BadRequest, Unprocessable
+from sluice.domain.errors import BadRequest, InvalidRequest, Unprocessable
 from sluice.domain.functions import Function
 from sluice.domain.lookups import Lookup
 from sluice.domain.objects import check_policy_size
@@ -41,7 +41,7 @@ from sluice.services.precomputed_checks import check_tables
 from sluice.services.written_bounds import check_written
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from sluice.domain import CacheSettings, Deployment
     from sluice.domain.capture import CaptureSettings
@@ -131,6 +131,7 @@ class PolicyChecks:
         bound written since stay allowed (`sluice.services.written_bounds`)."""
         node = parse_policy(policy)
         check_written(node, stored)
+        _refuse_reserved_variant_names(policy_dict(node), stored)
         self._check_functions(tenant, node)
         read = _Reads(self.registry, tenant)
         self._check_graph(tenant, name, node, read, capture, kept_with)
@@ -289,3 +290,33 @@ class PolicyChecks:
 
         return signature_of
 
+
+RESERVED_VARIANT = "default"  # monitoring's name for the traffic of a deployment without a split (`?variant=default`)
+
+
+def _split_variants(policy: Any, field: str = "policy") -> Iterator[tuple[str, str]]:
+    """Each split variant's name in a policy's dict form, with the field that gives it."""
+    if isinstance(policy, dict):
+        if policy.get("kind") == "split":
+            for i, variant in enumerate(policy.get("variants") or ()):
+                if isinstance(variant, dict):
+                    yield str(variant.get("name")), f"{field}.variants.{i}.name"
+        for key, value in policy.items():
+            yield from _split_variants(value, f"{field}.{key}")
+    elif isinstance(policy, list):
+        for i, value in enumerate(policy):
+            yield from _split_variants(value, f"{field}.{i}")
+
+
+def _refuse_reserved_variant_names(policy: dict[str, Any], stored: dict[str, Any] | None) -> None:
+    """A split variant may not be named `default`: monitoring names the traffic of a deployment
+    without a split so, and the two would read as one (a policy stored with one keeps it)."""
+    if stored is not None and any(name == RESERVED_VARIANT for name, _ in _split_variants(stored)):
+        return
+    for name, field in _split_variants(policy):
+        if name == RESERVED_VARIANT:
+            raise InvalidRequest(
+                f"a split's variant may not be named '{RESERVED_VARIANT}': monitoring reads the traffic of a deployment without a "
+                "split by that name; choose another",
+                field=field,
+            )
