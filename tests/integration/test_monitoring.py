@@ -243,7 +243,7 @@ def test_a_classifiers_label_that_is_not_a_finite_number_is_refused_naming_it(cl
     r = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": iris_rows(3, 1), "request_id": "r-1"}, headers=headers)
     assert r.status_code == 200
     demo.predictions.kept.flush()  # type: ignore[union-attr]
-    body = '{"labels": [{"request_id": "r-1", "row": 2, "label": %s}]}' % spelled
+    body = '{"labels": [{"request_id": "r-1", "row": 2, "label": ' + spelled + "}]}"
     r = client.post(BASE + "/labels", content=body, headers={**headers, "content-type": "application/json"})
     assert r.status_code == 400 and r.json()["field"] == "labels[0].label", r.text
 
