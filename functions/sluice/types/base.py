@@ -47,16 +47,17 @@ RequestParameters = Annotated[dict[Annotated[str, Field(max_length=MAX_PARAMETER
 def check_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
     """`parameters` held to `RequestParameters`' rule where no wire model reads them (gRPC's
     typed parameters: a count, a name's length, a parameter sent with no value), the first
-    problem a 400 naming it as REST's 422 does (`parameters`, `parameters.<name>`)."""
-    from sluice.domain.errors import InvalidInput
+    problem refused naming it as REST's schema refuses it (`invalid_request`, `parameters`,
+    `parameters.<name>`: one code on every door)."""
+    from sluice.domain.errors import InvalidRequest
 
     if len(parameters) > MAX_PARAMETERS:
-        raise InvalidInput(f"a request has at most {MAX_PARAMETERS} parameters, not {len(parameters)}", field="parameters")
+        raise InvalidRequest(f"a request has at most {MAX_PARAMETERS} parameters, not {len(parameters)}", field="parameters")
     for name, value in parameters.items():
         if len(name) > MAX_PARAMETER_NAME:
-            raise InvalidInput(f"a parameter's name is at most {MAX_PARAMETER_NAME} characters: {name[:40]!r}…", field="parameters")
+            raise InvalidRequest(f"a parameter's name is at most {MAX_PARAMETER_NAME} characters: {name[:40]!r}…", field="parameters")
         try:
             _scalar(value)
         except ValueError as exc:
-            raise InvalidInput(str(exc), field=f"parameters.{name}") from None
+            raise InvalidRequest(str(exc), field=f"parameters.{name}") from None
     return parameters

@@ -99,6 +99,7 @@ def test_grpc_request_parameters_are_held_to_the_rule_rest_holds_them_to(served:
             with pytest.raises(grpc.RpcError) as refused:
                 stub.ModelInfer(request(**parameters), metadata=metadata)
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and said in refused.value.details(), refused.value.details()
+            assert dict(refused.value.trailing_metadata())["sluice-code"] == "invalid_request"  # REST's code for the same parameters
 
 
 def test_calls_at_once_are_bounded(served: Container, keys: dict[str, str]) -> None:
