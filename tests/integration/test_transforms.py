@@ -106,6 +106,10 @@ FEATURE_OPS = EXAMPLE["steps"][0]["target"]["ops"]
         (_with(EXAMPLE, 2, ops=[{"op": "platt", "input": "score", "a": 10**400, "b": 0}]), "policy.steps.2.target.ops.0.a", "64-bit float"),
         # a plain union's member labels (pydantic's `int`, `constrained-int`) are no field of the request
         (_with(EXAMPLE, 0, ops=[{"op": "standardize", "input": "length", "mean": "x", "std": 1}]), "policy.steps.0.target.ops.0.mean", "valid"),
+        # top_k's two tensors under one name: the signature said scores, the step held columns (a wrong answer)
+        (_with(EXAMPLE, 2, ops=[{"op": "top_k", "input": "score", "k": 1, "indices": "score"}]), "policy.steps.2.target.ops.0", "its own name"),
+        (_with(EXAMPLE, 2, ops=[{"op": "min_max", "input": "score", "min": 1, "max": [1, 2]}]), "policy.steps.2.target.ops.0", "max must be above min"),
+        (_with(EXAMPLE, 0, inputs=[{"name": "length", "datatype": "FP32", "shape": [-1]}] * 2), "policy.steps.0.target", "declared twice"),
     ],
 )
 def test_a_transform_that_does_not_fit_is_refused_when_saved(http: tuple[TestClient, dict[str, str]], policy: dict[str, Any], field: str, words: str) -> None:

@@ -276,3 +276,34 @@ def test_hash_tells_text_from_the_same_text_with_nuls_after_it() -> None:
     out, _ = run([{"op": "hash", "input": "s", "buckets": 1000003, "output": "h"}], {"s": words, "x": np.zeros((4, 3), np.float32), "n": np.zeros((4, 1), np.int64)})
     got = out["h"].reshape(-1).tolist()
     assert got == [stable_bucket(w, 1000003) for w in words] and len(set(got)) == 4
+
+
+@pytest.mark.parametrize("op", [
+    {"op": "one_hot", "input": "s", "vocabulary": VOCAB, "output": "o"},
+    {"op": "ordinal", "input": "s", "vocabulary": VOCAB, "output": "o"},
+    {"op": "hash", "input": "s", "buckets": 16, "output": "o"},
+])  # fmt: skip
+def test_text_of_bytes_that_are_not_utf8_is_no_class_and_stays_itself(op: dict[str, Any]) -> None:
+    """A function step's BYTES answer may hold bytes that are not UTF-8: in no vocabulary, each
+    itself (two such values two), hashed as the bytes they are — never a 500 (UnicodeDecodeError)."""
+    text = np.array([b"\xff", b"red", b"\xfe", b"\xff", "red", "purple"], dtype=object)
+    out, _ = run([op], {**rows(np.zeros((6, 3), np.float32)), "s": text})
+    got = [row.tolist() for row in out["o"]]
+    assert got[1] == got[4] and got[0] == got[3]  # b"red" and "red" one value; the same bytes one code
+    if op["op"] != "hash":  # in no vocabulary: as a word that is not in it
+        assert got[0] == got[2] == got[5] != got[1]
+
+
+def test_select_past_the_columns_an_open_count_holds_is_refused_naming_the_input() -> None:
+    """A tensor whose count of columns the signature leaves open: a column past what came is a
+    4xx naming the input (an IndexError, a 500); a negative column is refused when saved."""
+    open_spec = TensorSpec("y", "FP32", (-1, -1))
+    node = Transform.model_validate({"kind": "transform", "ops": [{"op": "select", "input": "y", "columns": [7]}]})
+    columns: dict[int, list[int]] = {}
+    answer_specs(node, (open_spec,), columns=columns)
+    with pytest.raises(InvalidInput, match="select takes column 7 of 'y', which has 3") as refused:
+        run_transform(node, {"y": np.zeros((2, 3), np.float32)}, columns)
+    assert refused.value.field == "y"
+    negative = Transform.model_validate({"kind": "transform", "ops": [{"op": "select", "input": "y", "columns": [-1]}]})
+    with pytest.raises(Unprocessable, match="0 or more"):
+        answer_specs(negative, (open_spec,), columns={})

@@ -40,7 +40,9 @@ class Codes(dict):  # type: ignore[type-arg]
 
 
 def text_of(value: Any) -> str:
-    return value if type(value) is str else value.decode() if isinstance(value, bytes) else str(value)
+    """A value as text: bytes as UTF-8, and bytes that are not UTF-8 kept byte for byte
+    (`surrogateescape`: two such values stay two, none in any vocabulary; it was a 500)."""
+    return value if type(value) is str else value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
 
 
 def positions(op: Any, x: np.ndarray, text: Codes | None) -> np.ndarray:
@@ -67,5 +69,5 @@ def distinct(x: np.ndarray) -> tuple[list[Any], np.ndarray]:
 
 def stable_bucket(value: Any, buckets: int) -> int:
     """BLAKE2b of the value's text, as an unsigned 64-bit number, modulo `buckets`."""
-    digest = hashlib.blake2b(str(value).encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(str(value).encode("utf-8", "surrogateescape"), digest_size=8).digest()  # text_of's bytes as they came
     return int.from_bytes(digest, "little") % buckets

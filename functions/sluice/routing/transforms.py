@@ -200,7 +200,15 @@ def _one_in(op: Any, work: Callable[[np.ndarray], np.ndarray]) -> Step:
 
 def _select(op: Any, columns: list[int] | None) -> Step:
     at = np.asarray(columns if columns is not None else op.columns, dtype=np.intp)
-    return _one_in(op, lambda x: _columns(x)[:, at])
+    highest = int(at.max()) if at.size else -1
+
+    def select(x: np.ndarray) -> np.ndarray:
+        rows = _columns(x)
+        if highest >= rows.shape[1]:  # a count of columns the signature left open: checked as it comes
+            raise InvalidInput(f"select takes column {highest} of '{op.input}', which has {rows.shape[1]}", field=op.input)
+        return rows[:, at]
+
+    return _one_in(op, select)
 
 
 def _rename(op: Any, _: Any) -> Step:
