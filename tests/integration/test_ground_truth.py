@@ -455,3 +455,24 @@ def test_a_label_file_refused_for_a_bad_label_in_a_later_part_counts_nothing(cli
     data.write_text("request_id,label\ngood,150\n" + filler + "bad,120\n")
     code, out, _ = run_cli(capsys, "monitor", "labels", "diabetes", "--file", str(data))
     assert code == 0 and "10002 labels for diabetes: 2 matched, 10000 unmatched, 0 duplicate" in out, out
+
+
+def test_a_float_label_column_s_nan_is_a_missing_label_skipped_not_the_class_nan(cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Parquet label column of floats with a NaN (a missing value): the row is skipped, said,
+    as a missing label is; it was posted as the class "nan", matched, and counted a miss."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.conftest import MODELS
+
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    _kept("iris", "class", 1, ["r0", "r1", "r2"])
+    path = tmp_path / "nan.parquet"
+    pq.write_table(pa.table({"request_id": ["r0", "r1", "r2"], "label": [1.0, 1.0, float("nan")]}), path)
+    code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(path), "--json")
+    assert code == 0, err
+    said = json.loads(out)
+    assert (said["received"], said["matched"]) == (2, 2), said

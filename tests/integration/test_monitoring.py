@@ -258,3 +258,8 @@ def test_a_split_variant_may_not_be_named_as_monitoring_names_unsplit_traffic(cl
     ]}  # fmt: skip
     r = client.post("/api/v1/deployments", json={"name": "split", "policy": split}, headers=auth(keys["acme"]))
     assert r.status_code == 422 and r.json()["field"] == "policy.variants.1.name" and "'default'" in r.json()["error"], r.text
+    shadowed = {"kind": "shadow", "primary": split, "mirrors": [{"name": "m", "target": {"model": "iris", "version": 1}}]}
+    r = client.post("/api/v1/deployments", json={"name": "split", "policy": shadowed}, headers=auth(keys["acme"]))
+    assert r.status_code == 422 and r.json()["field"] == "policy.primary.variants.1.name", r.text
+    nested = {"kind": "split", "variants": [{"name": "outer", "weight": 1, "target": split}]}  # counted as outer/default: no clash
+    assert client.post("/api/v1/deployments", json={"name": "split", "policy": nested}, headers=auth(keys["acme"])).status_code == 201

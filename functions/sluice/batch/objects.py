@@ -104,6 +104,12 @@ def list_objects(
     return next(iter(formats)), objects
 
 
+def listed_in(uri: str, files: FileStore, version: str | None = None) -> list[str]:
+    """The object URIs a manifest lists, as Plan reads them (local paths resolved), without
+    looking at each: what a job's output folder must not take for its own results."""
+    return _manifest(uri, files, None, version)
+
+
 def _manifest(uri: str, files: FileStore, allowed: Root | None, version: str | None) -> list[str]:
     import orjson
 

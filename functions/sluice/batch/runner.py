@@ -201,22 +201,32 @@ class BatchRunner:
         for name in sorted(stale, key=lambda n: n != SUCCESS):
             self.files.delete(join(job.output_uri, name))
 
-    def _input_of(self, job: BatchJob) -> Callable[[str], bool]:
+    def _input_of(self, job: BatchJob, *, vetted: bool = False) -> Callable[[str], bool]:
         """Whether a URI is a file of the job's input: the input itself, under its prefix, or
         listed by its manifest, each compared where it is (a local path resolved: `..`, links,
         `dt%3D1` and `dt=1` alike). What clearing an output folder never deletes."""
-        from sluice.batch.objects import is_manifest, list_objects
+        from sluice.batch.objects import is_manifest, listed_in
 
-        inputs: set[str] = set()
         prefix = None
-        if is_manifest(job.input_uri):
-            with contextlib.suppress(SluiceError):  # Plan refuses a manifest it cannot read, naming it
-                inputs = {where(uri) for uri, _ in list_objects(job.input_uri, self.files, version=job.input_version)[1]}
-            inputs.add(where(job.input_uri))
+        if is_manifest(job.input_uri):  # what it lists, read as Plan reads it (its error, where it cannot be read: nothing cleared)
+            inputs = {where(uri) for uri in listed_in(job.input_uri, self.files, job.input_version)} | {where(job.input_uri)}
         else:
             inputs = {where(job.input_uri)}
             prefix = where(job.input_uri).rstrip("/") + "/"
+            output = where(job.output_uri).rstrip("/") + "/"
+            if output.startswith(prefix) and output != prefix and (vetted or self._results_folder(job)):
+                prefix = None  # an output folder inside the input's that holds results, not input: an earlier job's (its manifest says so), or this one's
         return lambda uri: (found := where(uri)) in inputs or (prefix is not None and found.startswith(prefix))
+
+    def _results_folder(self, job: BatchJob) -> bool:
+        """Whether the job's output folder is an earlier job's output folder: its manifest, as a
+        job writes it, names this folder as its output."""
+        try:
+            document = json.loads(self.files.read_bytes(join(job.output_uri, MANIFEST)))
+        except (SluiceError, OSError, ValueError):
+            return False
+        said = document.get("output") if isinstance(document, dict) else None
+        return isinstance(said, str) and where(said).rstrip("/") == where(job.output_uri).rstrip("/")
 
     def _refuse_clearing_input(self, job: BatchJob, stale: list[str]) -> None:
         """BadRequest (naming `output_uri`, nothing deleted) where a result name to clear is a
@@ -354,12 +364,16 @@ class BatchRunner:
         the manifest is a courtesy."""
         listed = {uri for c in chunks for uri in (c.part, c.errors) if uri}
         stale: list[str] = []
-        with contextlib.suppress(SluiceError):
+        try:
             names = self.files.names(job.output_uri, depth=1)  # its names: in it and in errors/
-            stale = [join(job.output_uri, n) for n in names if RESULT_NAMES.fullmatch(n) and n not in (SUCCESS, MANIFEST)]
-            stale = [uri for uri in stale if uri not in listed]
-            if stale and any(map(self._input_of(job), stale)):  # the folder holds its input (refused by Plan): not the job's to touch
+            found = [join(job.output_uri, n) for n in names if RESULT_NAMES.fullmatch(n) and n not in (SUCCESS, MANIFEST)]
+            found = [uri for uri in found if uri not in listed]
+            # Past Plan (its chunks counted), the folder was found to hold none of its input.
+            if found and any(map(self._input_of(job, vetted=job.chunks_total is not None), found)):  # the folder holds its input (refused by Plan): not the job's to touch
                 return
+            stale = found
+        except SluiceError:  # not listed, or its input not read: nothing taken back
+            stale = []
         with contextlib.suppress(SluiceError):
             self.files.delete(join(job.output_uri, SUCCESS))
         with contextlib.suppress(SluiceError):

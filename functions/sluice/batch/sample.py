@@ -197,10 +197,11 @@ def _exact(number: Any, text: str) -> Any:
     return number
 
 
-def _number(text: str) -> float | str:
-    """A float column's value as a number; NaN and infinities, which JSON has not, as written."""
+def _number(text: str) -> float | None:
+    """A float column's value as a number; NaN and infinities, which JSON has not and no label
+    is (a float column's missing value: its text was posted as the class "nan"), as None."""
     number = float(text)
-    return number if math.isfinite(number) else text
+    return number if math.isfinite(number) else None
 
 
 def _json_values(path: Path, name: str, rows: np.ndarray, texts: list[str]) -> list[Any]:

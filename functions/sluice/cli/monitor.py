@@ -160,7 +160,7 @@ def cmd_monitor_labels(args: argparse.Namespace) -> int:
     labels, rows = [], []
     for row, rid, label in zip(read.rows.tolist(), read.arrays["request_id"].tolist(), values, strict=True):
         rid = str(rid)
-        problem = request_id_problem(rid) or label_problem(label)  # empty text is the class "", as the API's
+        problem = request_id_problem(rid) or ("no label (NaN or infinite)" if label is None else label_problem(label))  # empty text is the class "", as the API's
         if problem is not None:
             read.skip(row, problem)
             continue

@@ -295,24 +295,24 @@ RESERVED_VARIANT = "default"  # monitoring's name for the traffic of a deploymen
 
 
 def _split_variants(policy: Any, field: str = "policy") -> Iterator[tuple[str, str]]:
-    """Each split variant's name in a policy's dict form, with the field that gives it."""
-    if isinstance(policy, dict):
-        if policy.get("kind") == "split":
-            for i, variant in enumerate(policy.get("variants") or ()):
-                if isinstance(variant, dict):
-                    yield str(variant.get("name")), f"{field}.variants.{i}.name"
-        for key, value in policy.items():
-            yield from _split_variants(value, f"{field}.{key}")
-    elif isinstance(policy, list):
-        for i, value in enumerate(policy):
-            yield from _split_variants(value, f"{field}.{i}")
+    """The names of the variants a request's answer is counted under unprefixed (the top
+    split's, through a shadow's primary: a nested split's are `outer/inner`), in a policy's dict
+    form, with the field that gives each."""
+    if not isinstance(policy, dict):
+        return
+    if policy.get("kind") == "shadow":
+        yield from _split_variants(policy.get("primary"), f"{field}.primary")
+    elif policy.get("kind") == "split":
+        for i, variant in enumerate(policy.get("variants") or ()):
+            if isinstance(variant, dict):
+                yield str(variant.get("name")), f"{field}.variants.{i}.name"
 
 
 def _refuse_reserved_variant_names(policy: dict[str, Any], stored: dict[str, Any] | None) -> None:
     """A split variant may not be named `default`: monitoring names the traffic of a deployment
     without a split so, and the two would read as one (a policy stored with one keeps it)."""
     if stored is not None and any(name == RESERVED_VARIANT for name, _ in _split_variants(stored)):
-        return
+        return  # stored with one where it counts: kept
     for name, field in _split_variants(policy):
         if name == RESERVED_VARIANT:
             raise InvalidRequest(

@@ -152,8 +152,14 @@ def test_an_output_folder_that_holds_the_input_is_refused_and_the_input_kept(hom
         code, said, err = sluice(capsys, "batch", "run", source, "--deployment", "iris", "--out", out, "--format", "csv")
         assert code != 0 and "holds the input" in said + err and "Traceback" not in err, (source, out, said, err)  # refused at submit, or the job failed by Plan
     assert sorted(p.name for p in partition.iterdir()) == ["part-00000.csv", "part-00001.csv"]
-    code, out, err = sluice(capsys, "batch", "run", str(partition), "--deployment", "iris", "--out", str(partition / "scored"), "--format", "csv")
-    assert code == 0, err  # an output folder inside the input's holding no file of it: allowed, as before
+    # A manifest listing a file that is not there beside one in the output folder: nothing deleted.
+    manifest.write_text(json.dumps({"files": [str(partition / "part-00000.csv"), str(partition / "part-09999.csv")]}))
+    code, said, err = sluice(capsys, "batch", "run", str(manifest), "--deployment", "iris", "--out", str(partition), "--format", "csv")
+    assert code != 0 and "Traceback" not in err, (said, err)
+    assert sorted(p.name for p in partition.iterdir()) == ["part-00000.csv", "part-00001.csv"]
+    for _ in range(2):  # an output folder inside the input's: its own results, replaced run after run, as before
+        code, out, err = sluice(capsys, "batch", "run", str(partition), "--deployment", "iris", "--out", str(partition / "scored"), "--format", "csv")
+        assert code == 0, err
 
 
 def test_a_job_whose_folder_became_a_file_fails_with_a_reason_and_every_command_still_works(

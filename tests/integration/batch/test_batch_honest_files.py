@@ -517,3 +517,31 @@ def test_a_finalize_repeated_while_the_first_runs_leaves_the_succeeded_jobs_fold
     folder = local_path(done.output_uri)
     assert done.status == first["status"] == repeats[0]["status"] == "SUCCEEDED"
     assert (folder / SUCCESS).exists() and json.loads((folder / MANIFEST).read_text())["status"] == "SUCCEEDED"
+
+
+def test_a_failed_job_whose_output_folder_is_inside_its_input_folder_is_cleaned_as_any(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An output folder inside the input's (`in/out/`): past Plan, its files are the job's
+    results, so a failed job takes back a try no chunk recorded and writes its FAILED manifest
+    there, as in any folder (a check for the input's files in the output folder left both)."""
+    from sluice.batch.plan import JobSpec
+    from sluice.domain.errors import Unavailable
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_input(folder / "in.parquet", iris_rows(1400), row_group_rows=700)
+    job = batch.batch.submit(acme, deployment="iris", input_uri=str(folder), operator=True, start=False, output_uri=str(folder / "out"))
+    runner, registry = batch.batch_runner, batch.registry
+    planned = runner.plan(acme.tenant, job.id)
+    spec, chunks = JobSpec.from_dict(planned["job"]), runner.chunks(planned)
+    assert len(chunks) == 2 and runner.score(spec, chunks[0])["recorded"]
+
+    def throttled(tenant: str, job_id: str, result: Any) -> bool:
+        raise Unavailable("the registry is throttled")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(registry, "record_chunk", throttled)
+        with pytest.raises(Unavailable):
+            runner.score(spec, chunks[1])
+    runner.mark_failed(acme.tenant, job.id, error="States.TaskFailed", cause="chunk 1 failed")
+    left = _folder(registry.get_job(acme.tenant, job.id))
+    assert "_manifest.json" in left and "part-00001.parquet" not in left, left
