@@ -261,5 +261,8 @@ def test_a_split_variant_may_not_be_named_as_monitoring_names_unsplit_traffic(cl
     shadowed = {"kind": "shadow", "primary": split, "mirrors": [{"name": "m", "target": {"model": "iris", "version": 1}}]}
     r = client.post("/api/v1/deployments", json={"name": "split", "policy": shadowed}, headers=auth(keys["acme"]))
     assert r.status_code == 422 and r.json()["field"] == "policy.primary.variants.1.name", r.text
+    switched = {"kind": "switch", "cases": [{"name": "c", "when": {"field": "inputs.x", "op": ">", "value": 1}, "target": {"model": "iris", "version": 1}}], "default": split}
+    r = client.post("/api/v1/deployments", json={"name": "split", "policy": switched}, headers=auth(keys["acme"]))
+    assert r.status_code == 422 and r.json()["field"] == "policy.default.variants.1.name", r.text  # a switch's split: counted unprefixed
     nested = {"kind": "split", "variants": [{"name": "outer", "weight": 1, "target": split}]}  # counted as outer/default: no clash
     assert client.post("/api/v1/deployments", json={"name": "split", "policy": nested}, headers=auth(keys["acme"])).status_code == 201

@@ -107,9 +107,10 @@ FEATURE_OPS = EXAMPLE["steps"][0]["target"]["ops"]
         # a plain union's member labels (pydantic's `int`, `constrained-int`) are no field of the request
         (_with(EXAMPLE, 0, ops=[{"op": "standardize", "input": "length", "mean": "x", "std": 1}]), "policy.steps.0.target.ops.0.mean", "valid"),
         # top_k's two tensors under one name: the signature said scores, the step held columns (a wrong answer)
-        (_with(EXAMPLE, 2, ops=[{"op": "top_k", "input": "score", "k": 1, "indices": "score"}]), "policy.steps.2.target.ops.0", "its own name"),
+        (_with(EXAMPLE, 2, ops=[{"op": "top_k", "input": "score", "k": 1, "indices": "score"}]), "policy.steps.2.target.ops.0.indices", "its own name"),
         (_with(EXAMPLE, 2, ops=[{"op": "min_max", "input": "score", "min": 1, "max": [1, 2]}]), "policy.steps.2.target.ops.0", "max must be above min"),
-        (_with(EXAMPLE, 0, inputs=[{"name": "length", "datatype": "FP32", "shape": [-1]}] * 2), "policy.steps.0.target", "declared twice"),
+        (_with(EXAMPLE, 2, ops=[{"op": "select", "input": "score", "columns": [-1]}]), "policy.steps.2.target.ops.0.columns.0", "0 or more"),
+        (_with(EXAMPLE, 0, inputs=[{"name": "length", "datatype": "FP32", "shape": [-1]}] * 2), "policy.steps.0.target.inputs", "declared twice"),
     ],
 )
 def test_a_transform_that_does_not_fit_is_refused_when_saved(http: tuple[TestClient, dict[str, str]], policy: dict[str, Any], field: str, words: str) -> None:
@@ -210,3 +211,24 @@ def test_a_new_revision_of_the_graph_answers_at_once(tmp_path: Path, acme: Princ
     assert r.status_code == 200, r.text
     _, labels = by_hand(LENGTHS, COLOURS)
     assert [p["prediction"] for p in r.json()["predictions"]] == [{"no": "low", "yes": "high"}[label] for label in labels]
+
+
+def test_a_policy_stored_before_the_write_time_transform_rules_is_read_served_and_updated(demo: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    """The rules a transform is held to when written (top_k's two names, inputs declared once,
+    min_max's bounds, a select's column) are not asked of a policy stored before them: it is
+    read, listed, served and its settings changed as it was (checked on read, they made every
+    request of the tenant a 422)."""
+    from dataclasses import replace
+
+    client, headers = http
+    stored = _with(EXAMPLE, 2, ops=[{"op": "top_k", "input": "score", "k": 1, "indices": "score"}])
+    current = demo.registry.get_deployment("acme", "labelled")
+    demo.registry.update_deployment(replace(current, policy=stored), expected_revision=current.revision)
+    assert client.get("/api/v1/deployments", headers=headers).status_code == 200
+    assert client.get("/api/v1/deployments/labelled", headers=headers).status_code == 200
+    r = client.post("/api/v1/predictions", json={"deployment": "labelled", "inputs": {"length": [5.1], "colour": ["red"]}}, headers=headers)
+    assert r.status_code == 200, r.text
+    r = client.put("/api/v1/deployments/labelled", json={"capture": {"sample_percent": 10}}, headers=headers)
+    assert r.status_code == 200, r.text
+    r = client.put("/api/v1/deployments/labelled", json={"policy": _with(EXAMPLE, 2, ops=[{"op": "top_k", "input": "score", "k": 1, "indices": "idx"}])}, headers=headers)
+    assert r.status_code == 200, r.text

@@ -214,19 +214,29 @@ class BatchRunner:
             inputs = {where(job.input_uri)}
             prefix = where(job.input_uri).rstrip("/") + "/"
             output = where(job.output_uri).rstrip("/") + "/"
-            if output.startswith(prefix) and output != prefix and (vetted or self._results_folder(job)):
-                prefix = None  # an output folder inside the input's that holds results, not input: an earlier job's (its manifest says so), or this one's
-        return lambda uri: (found := where(uri)) in inputs or (prefix is not None and found.startswith(prefix))
+            if output.startswith(prefix) and output != prefix:  # an output folder inside the input's
+                if vetted:  # past Plan, which found none of its input there: its files are this job's
+                    prefix = None
+                else:  # an earlier job's results, as its manifest lists them; any other file there is input Plan would read
+                    results = self._earlier_results(job)
+                    return lambda uri: (found := where(uri)) in inputs or (read_as_input(found, prefix) and found not in results)  # type: ignore[arg-type]
+        return lambda uri: (found := where(uri)) in inputs or (prefix is not None and read_as_input(found, prefix))
 
-    def _results_folder(self, job: BatchJob) -> bool:
-        """Whether the job's output folder is an earlier job's output folder: its manifest, as a
-        job writes it, names this folder as its output."""
+    def _earlier_results(self, job: BatchJob) -> set[str]:
+        """The part and error files an earlier job's manifest in the job's output folder lists
+        (where it names this folder as its output), each where it is: the results a job there
+        replaces; none where there is no such manifest."""
         try:
             document = json.loads(self.files.read_bytes(join(job.output_uri, MANIFEST)))
         except (SluiceError, OSError, ValueError):
-            return False
-        said = document.get("output") if isinstance(document, dict) else None
-        return isinstance(said, str) and where(said).rstrip("/") == where(job.output_uri).rstrip("/")
+            return set()
+        if not isinstance(document, dict):
+            return set()
+        said = document.get("output")
+        if not isinstance(said, str) or where(said).rstrip("/") != where(job.output_uri).rstrip("/"):
+            return set()
+        listed = [entry.get("uri") for key in ("parts", "errors") for entry in document.get(key) or () if isinstance(entry, dict)]
+        return {where(uri) for uri in listed if isinstance(uri, str)}
 
     def _refuse_clearing_input(self, job: BatchJob, stale: list[str]) -> None:
         """BadRequest (naming `output_uri`, nothing deleted) where a result name to clear is a
@@ -436,3 +446,11 @@ class BatchRunner:
         except (SluiceError, OSError, ValueError):
             planned = []  # none written
         return manifest(job, chunks, status, error, objects_of(planned))
+
+
+def read_as_input(place: str, prefix: str) -> bool:
+    """Whether Plan reads the file at `place` as input of the prefix `prefix` (both `where`'s):
+    under it, and no part of its name hidden (`_SUCCESS`, `_manifest.json`, `.x` are never read)."""
+    from sluice.batch.objects import hidden
+
+    return place.startswith(prefix) and not hidden(place[len(prefix) :])

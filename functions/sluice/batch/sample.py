@@ -182,9 +182,8 @@ def as_stored(path: str | Path, name: str, read: RowsRead) -> list[Any]:
                 numbers = pc.cast(pa.array(texts, pa.string()), kind).to_pylist()
             except pa.ArrowInvalid:
                 continue
-            if kind == pa.int64() or all(math.isfinite(x) for x in numbers):
-                return [_exact(x, t) for x, t in zip(numbers, texts, strict=True)]
-            break
+            # A float column's NaN or infinity is a missing value (None), as Parquet's is (`_number`).
+            return [_exact(x, t) if kind == pa.int64() or math.isfinite(x) else None for x, t in zip(numbers, texts, strict=True)]
         return texts
     return _json_values(Path(path), name, read.rows, texts)
 

@@ -143,9 +143,7 @@ def _select(op: Select, spec: TensorSpec, where: str) -> TensorSpec:
                 raise Unprocessable(f"'{spec.name}' has no feature '{column}'; its features are {names}", field=f"{where}.columns.{j}")
             picked.append(column)
         else:
-            if column < 0:  # counted from the start, however many columns come (-1 picked the last of an open count)
-                raise Unprocessable(f"a column is 0 or more, not {column}", field=f"{where}.columns.{j}")
-            if spec.shape[1] != DYNAMIC and column >= spec.shape[1]:
+            if spec.shape[1] != DYNAMIC and not 0 <= column < spec.shape[1]:
                 raise Unprocessable(f"'{spec.name}' has {spec.shape[1]} columns: there is no column {column}", field=f"{where}.columns.{j}")
             picked.append(names[column] if names else None)
     feature_names = tuple(picked) if all(p is not None for p in picked) else None  # type: ignore[arg-type]

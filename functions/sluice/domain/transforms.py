@@ -134,10 +134,6 @@ class MinMax(_Op):
     @model_validator(mode="after")
     def _ordered(self) -> MinMax:
         low, high = _listed(self.min), _listed(self.max)
-        if len(low) == 1 < len(high):  # one bound for every column against one a column: each pair compared
-            low = low * len(high)
-        elif len(high) == 1 < len(low):
-            high = high * len(low)
         if len(low) == len(high) and any(hi <= lo for lo, hi in zip(low, high, strict=True)):
             raise ValueError("max must be above min")
         return self
@@ -249,12 +245,6 @@ class TopK(_Op):
     k: StrictInt = Field(ge=1, le=4096)
     indices: Name
 
-    @model_validator(mode="after")
-    def _two_names(self) -> TopK:
-        if self.indices == self.target:  # one name for both: the scores the signature says, the columns it holds
-            raise ValueError(f"indices names the tensor the values go to ('{self.target}'): give each its own name")
-        return self
-
 
 class Platt(_Op):
     """Platt calibration: sigmoid(a * x + b), FP32."""
@@ -305,14 +295,6 @@ class Transform(Part):
     kind: Literal["transform"] = "transform"
     inputs: list[InputSpec] | None = Field(None, min_length=1, max_length=256, description="What a caller sends: a sequence's first step only.")
     ops: list[Op] = Field(min_length=1, max_length=MAX_OPS)
-
-    @model_validator(mode="after")
-    def _inputs_named_once(self) -> Transform:
-        names = [spec.name for spec in self.inputs or ()]
-        twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
-        if twice is not None:  # no request could give both
-            raise ValueError(f"input '{twice}' is declared twice")
-        return self
 
     def children(self) -> list[Any]:
         return []

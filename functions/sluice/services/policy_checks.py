@@ -131,7 +131,9 @@ class PolicyChecks:
         bound written since stay allowed (`sluice.services.written_bounds`)."""
         node = parse_policy(policy)
         check_written(node, stored)
-        _refuse_reserved_variant_names(policy_dict(node), stored)
+        checked_form = policy_dict(node)
+        _refuse_reserved_variant_names(checked_form, stored)
+        _refuse_transform_faults(checked_form, stored)
         self._check_functions(tenant, node)
         read = _Reads(self.registry, tenant)
         self._check_graph(tenant, name, node, read, capture, kept_with)
@@ -291,21 +293,75 @@ class PolicyChecks:
         return signature_of
 
 
+def _transforms(policy: Any, field: str = "policy") -> Iterator[tuple[dict[str, Any], str]]:
+    """Each transform node of a policy's dict form, with its field."""
+    if isinstance(policy, dict):
+        if policy.get("kind") == "transform":
+            yield policy, field
+            return
+        for key, value in policy.items():
+            yield from _transforms(value, f"{field}.{key}")
+    elif isinstance(policy, list):
+        for i, value in enumerate(policy):
+            yield from _transforms(value, f"{field}.{i}")
+
+
+def _transform_fault(node: dict[str, Any], field: str) -> InvalidRequest | None:
+    """What a transform cannot mean, that its schema lets through (checked where a policy is
+    written, not read: a policy stored before keeps being read and served as it was)."""
+    names = [spec.get("name") for spec in node.get("inputs") or () if isinstance(spec, dict)]
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:  # no request could give both
+        return InvalidRequest(f"input '{twice}' is declared twice", field=f"{field}.inputs")
+    for i, op in enumerate(node.get("ops") or ()):
+        if not isinstance(op, dict):
+            continue
+        target = op.get("output") or op.get("input")
+        if op.get("op") == "top_k" and op.get("indices") == target:  # the scores the signature says, the columns it would hold
+            return InvalidRequest(f"top_k's indices name the tensor its values go to ('{target}'): give each its own name", field=f"{field}.ops.{i}.indices")
+        if op.get("op") == "min_max":
+            low, high = op.get("min"), op.get("max")
+            lows, highs = (low if isinstance(low, list) else [low]), (high if isinstance(high, list) else [high])
+            if len(lows) != len(highs) and 1 in (len(lows), len(highs)):  # one bound for every column against one a column
+                pairs = [(lo, hi) for lo in lows for hi in highs]
+                if any(isinstance(lo, int | float) and isinstance(hi, int | float) and hi <= lo for lo, hi in pairs):
+                    return InvalidRequest("max must be above min, for every column", field=f"{field}.ops.{i}")
+        if op.get("op") == "select":
+            for j, column in enumerate(op.get("columns") or ()):
+                if type(column) is int and column < 0:  # counted from the start, however many columns come
+                    return InvalidRequest(f"a column is 0 or more, not {column}", field=f"{field}.ops.{i}.columns.{j}")
+    return None
+
+
+def _refuse_transform_faults(policy: dict[str, Any], stored: dict[str, Any] | None) -> None:
+    """The first transform fault of a policy being written (`_transform_fault`), unless the
+    stored policy holds the same transform (a policy stored before the rule keeps it)."""
+    kept = [node for node, _ in _transforms(stored)] if stored is not None else []
+    for node, field in _transforms(policy):
+        fault = _transform_fault(node, field)
+        if fault is not None and node not in kept:
+            raise fault
+
+
 RESERVED_VARIANT = "default"  # monitoring's name for the traffic of a deployment without a split (`?variant=default`)
 
 
 def _split_variants(policy: Any, field: str = "policy") -> Iterator[tuple[str, str]]:
-    """The names of the variants a request's answer is counted under unprefixed (the top
-    split's, through a shadow's primary: a nested split's are `outer/inner`), in a policy's dict
-    form, with the field that gives each."""
-    if not isinstance(policy, dict):
-        return
-    if policy.get("kind") == "shadow":
-        yield from _split_variants(policy.get("primary"), f"{field}.primary")
-    elif policy.get("kind") == "split":
-        for i, variant in enumerate(policy.get("variants") or ()):
-            if isinstance(variant, dict):
-                yield str(variant.get("name")), f"{field}.variants.{i}.name"
+    """The names of the split variants a request's answer is counted under unprefixed — those of
+    any split not inside another split's variant (a nested split's are `outer/inner`): through
+    shadows, switches, sequences, ensembles and precomputed nodes — in a policy's dict form,
+    with the field that gives each."""
+    if isinstance(policy, dict):
+        if policy.get("kind") == "split":
+            for i, variant in enumerate(policy.get("variants") or ()):
+                if isinstance(variant, dict):
+                    yield str(variant.get("name")), f"{field}.variants.{i}.name"
+            return
+        for key, value in policy.items():
+            yield from _split_variants(value, f"{field}.{key}")
+    elif isinstance(policy, list):
+        for i, value in enumerate(policy):
+            yield from _split_variants(value, f"{field}.{i}")
 
 
 def _refuse_reserved_variant_names(policy: dict[str, Any], stored: dict[str, Any] | None) -> None:

@@ -160,6 +160,13 @@ def test_an_output_folder_that_holds_the_input_is_refused_and_the_input_kept(hom
     for _ in range(2):  # an output folder inside the input's: its own results, replaced run after run, as before
         code, out, err = sluice(capsys, "batch", "run", str(partition), "--deployment", "iris", "--out", str(partition / "scored"), "--format", "csv")
         assert code == 0, err
+    # Parts appended beside an earlier job's manifest (a writer reusing the folder): its manifest
+    # lists its own parts, not these, which stay the input's.
+    scored = partition / "scored"
+    (scored / "part-00007.csv").write_text("sepal_length,sepal_width,petal_length,petal_width\n5.1,3.5,1.4,0.2\n")
+    code, said, err = sluice(capsys, "batch", "run", str(tmp_path / "spark"), "--deployment", "iris", "--out", str(scored), "--format", "csv")
+    assert code != 0 and "holds the input" in said + err, (said, err)
+    assert (scored / "part-00007.csv").exists()
 
 
 def test_a_job_whose_folder_became_a_file_fails_with_a_reason_and_every_command_still_works(
