@@ -304,3 +304,7 @@ def test_select_past_the_columns_an_open_count_holds_is_refused_naming_the_input
     with pytest.raises(InvalidInput, match="select takes column 7 of 'y', which has 3") as refused:
         run_transform(node, {"y": np.zeros((2, 3), np.float32)}, columns)
     assert refused.value.field == "y"
+    stored = Transform.model_validate({"kind": "transform", "ops": [{"op": "select", "input": "y", "columns": [-3]}]})  # written before the rule
+    answer_specs(stored, (open_spec,), columns=(kept := {}))
+    with pytest.raises(InvalidInput, match="select takes column -3 of 'y', which has 2"):
+        run_transform(stored, {"y": np.zeros((2, 2), np.float32)}, kept)

@@ -200,12 +200,13 @@ def _one_in(op: Any, work: Callable[[np.ndarray], np.ndarray]) -> Step:
 
 def _select(op: Any, columns: list[int] | None) -> Step:
     at = np.asarray(columns if columns is not None else op.columns, dtype=np.intp)
-    highest = int(at.max()) if at.size else -1
+    highest, lowest = (int(at.max()), int(at.min())) if at.size else (-1, 0)
 
     def select(x: np.ndarray) -> np.ndarray:
         rows = _columns(x)
-        if highest >= rows.shape[1]:  # a count of columns the signature left open: checked as it comes
-            raise InvalidInput(f"select takes column {highest} of '{op.input}', which has {rows.shape[1]}", field=op.input)
+        if highest >= rows.shape[1] or -lowest > rows.shape[1]:  # a count of columns the signature left open: checked as it comes
+            past = highest if highest >= rows.shape[1] else lowest
+            raise InvalidInput(f"select takes column {past} of '{op.input}', which has {rows.shape[1]}", field=op.input)
         return rows[:, at]
 
     return _one_in(op, select)
