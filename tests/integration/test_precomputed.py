@@ -728,3 +728,29 @@ def test_the_bytes_kept_are_counted_exactly_when_threads_share_the_reader() -> N
     finally:
         sys.setswitchinterval(switching)
     assert reader._kept_bytes == sum(len(s.body) for s in reader._answers.values()) == 4000
+
+
+@pytest.mark.parametrize(("classes", "probabilities"), [(["virginica", "versicolor", "setosa"], [0.0, 0.0, 1.0]), (["setosa", "versicolor"], [1.0, 0.0])])
+def test_stored_rows_of_other_classes_than_the_live_answer_are_answered_live_beside_it(demo: Container, acme: Principal, classes: list[str], probabilities: list[float]) -> None:
+    """A table published through a classifier whose classes came in another order (or another
+    count) than the live model's: a request mixing a stored row with a live one read the stored
+    probabilities by the live labels (setosa said, virginica at 1.0) or failed with a 500; the
+    stored row is answered live beside the other, counted unfit."""
+    rows = np.array([[5, 3, 1, 0], [7, 3, 5, 2]], np.float32)
+    name = predict(demo, acme, "iris", rows).answer.signature.inputs[0].name
+    live = predict(demo, acme, "iris", rows).answer.result.outputs["output_probability"]
+    demo.deployments.create(acme, "irec", {"kind": "precomputed", "table": "recs", "key": f"inputs.{name}", "column": 0, "max_age_s": 3600, "live": single("iris", 1)})
+    store = demo.precomputed
+    assert store is not None
+    now = time.time()
+    body = encode_rows({"output_label": np.array(["setosa"], dtype=object), "output_probability": np.array([probabilities], np.float32)}, 1)
+    store.put_answers("acme", "recs", "g1", [("5", body[0])], computed_at=now, expires_at=now + 600)
+    outputs = [
+        {"name": "output_label", "datatype": "BYTES", "shape": [-1], "role": "label"},
+        {"name": "output_probability", "datatype": "FP32", "shape": [-1, -1], "role": "probabilities"},
+    ]  # fmt: skip
+    store.publish("acme", "recs", Publication("g1", "job-1", "iris", outputs, classes={"output_probability": classes}, published_at=now), expires_at=now + 600)
+    answer = predict(demo, acme, "irec", rows).answer
+    assert answer.source == "live"
+    np.testing.assert_allclose(answer.result.outputs["output_probability"], live, rtol=1e-6)
+    assert demo.deployments.stats(acme, "irec")["sources"]["live"]["unfit"] == 1

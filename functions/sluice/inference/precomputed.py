@@ -232,6 +232,16 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
         raise
     runner.stats.request(live_key, (time.perf_counter() - started) * 1000, ok=True, rows=len(misses))
     runner.stats.add(live_key, {"stale": stale, "unfit": unfit, "missing": len(misses) - stale - unfit} if unfit else {"stale": stale, "missing": len(misses) - stale})
+    if hits and not _joinable(answer.result, outputs, publication.classes if publication else {}):
+        # The table's rows say other classes (or another count of them) than the live node's
+        # answer: put beside it they would be read by its labels (a wrong answer) or not fit (a
+        # 500). Answered live with the rest, counted unfit, as a publication that does not fit is.
+        started = time.perf_counter()
+        answer = await runner.run(node.live, call, arrays, depth + 1)
+        runner.stats.request(live_key, (time.perf_counter() - started) * 1000, ok=True, rows=hits)
+        runner.stats.add(live_key, {"unfit": hits})
+        runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), 0.0, ok=False)
+        hits = 0
     if not hits:  # live, or where the live node's own answer says (a precomputed node inside it)
         answer.source = "live" if answer.source is None else answer.source
         return answer
@@ -327,6 +337,19 @@ def _stored_answer(
     answer.source = "precomputed"
     answer.computed_at = times[0] if len(times) == 1 or len(set(times)) == 1 else times  # type: ignore[assignment]
     return answer
+
+
+def _joinable(live: InferenceResult, stored: dict[str, np.ndarray], classes: dict[str, list[Any]]) -> bool:
+    """Whether the table's rows can stand beside the live rows in one answer: each output of
+    the same shape past the rows, and of the same classes where both say them."""
+    for name, array in live.outputs.items():
+        kept = stored.get(name)
+        if kept is not None and kept.ndim and array.ndim and tuple(kept.shape[1:]) != tuple(array.shape[1:]):
+            return False
+        said, theirs = live.classes.get(name), classes.get(name)
+        if said is not None and theirs is not None and [str(c) for c in said] != [str(c) for c in theirs]:
+            return False
+    return True
 
 
 def _merged(
