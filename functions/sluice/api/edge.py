@@ -26,14 +26,14 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import Headers
 from starlette.routing import compile_path
 
-from sluice.api.bodies import BodyTooLarge, read_body, timed, too_large, upload_body
+from sluice.api.bodies import BodyTooLarge, timed, too_large, upload_body
+from sluice.api.departures import CLIENT_GONE, CLIENT_LEFT, EVICTED, body_unless_evicted, leaving
 from sluice.api.encoding import accepts_gzip, behind_api_gateway, gzip_whole
 from sluice.api.errors import error_content, error_response
 from sluice.api.responses import JSONResponse, lambda_size_over
 from sluice.codecs.binary import HEADER, split_body
-from sluice.domain.errors import Overloaded, PayloadTooLarge
+from sluice.domain.errors import PayloadTooLarge
 from sluice.registry.scope import bind_tenant, unbind_tenant
-from sluice.services.admission import RETRY_AFTER_S
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -50,11 +50,6 @@ PUBLIC = frozenset({"/healthz", "/readyz", "/v2", "/v2/", "/v2/health/live", "/v
 PRINCIPAL = "sluice.principal"
 JSON_BOOLS = "sluice.json_bools"  # set by the edge for a hot route's handler: see `Edge._answer`
 DEPLOYMENT = "sluice.deployment"  # the deployment a parsed simple-JSON body names (failures are counted by it)
-# What the server calls when the request's client leaves (`sluice serve`'s protocol puts a list
-# in the scope; other servers none): while a hot route's handler works, the edge's `_leaving`.
-CLIENT_GONE = "sluice.client_gone"
-CLIENT_LEFT = "sluice.client_left"  # set once the client left mid-request: its task was cancelled for it
-EVICTED = "sluice.evicted"  # set where the slot was taken back for another tenant while the body came (`Capacity`)
 
 
 @dataclass(frozen=True)
@@ -273,7 +268,7 @@ class Edge:
             if receive is None:
                 raw = body
             else:
-                raw = await _body_unless_evicted(container, principal, scope, receive)
+                raw = await body_unless_evicted(container, principal, scope, receive)
             if route.binary:
                 declared = headers.get(HEADER)
                 if declared is not None:
@@ -290,7 +285,7 @@ class Edge:
             if gone is None:
                 response = await route.handler(container, principal, parsed, scope, headers, **path)
             else:  # its client leaving cancels the work: the model's call, the slot it holds
-                gone.append(_leaving(scope))
+                gone.append(leaving(scope))
                 try:
                     response = await route.handler(container, principal, parsed, scope, headers, **path)
                 finally:
@@ -310,43 +305,6 @@ class Edge:
                 scope[DEPLOYMENT] = _named_deployment(raw)
             await counted(container, principal, params, scope, exc, status, str(content.get("code", "")))  # an Accepted (202) is no failure: not counted
             return JSONResponse(content, status_code=status, headers=headers)
-
-
-async def _body_unless_evicted(container: Container, principal: Principal, scope: Scope, receive: Receive) -> bytes:
-    """The request's body (`read_body`), its slot held while it comes unless another tenant is
-    turned away meanwhile and this tenant holds more than its share (`Capacity.reading`): then a
-    503 `overloaded`, and the connection closed (the rest of the body is not waited for)."""
-    admission = container.admission
-    reading = admission.reading(principal) if admission is not None else None
-    if reading is None:
-        return await read_body(receive, container.settings.limits.body_timeout_s)
-    try:
-        return await read_body(receive, container.settings.limits.body_timeout_s)
-    except asyncio.CancelledError:
-        if not reading.evicted:
-            raise
-        asyncio.current_task().uncancel()  # type: ignore[union-attr]
-        scope[EVICTED] = True
-        raise Overloaded(
-            "the service is at capacity and this tenant holds more than its share of it while its body was still "
-            f"arriving: its slot went to another tenant; retry in {RETRY_AFTER_S} s",
-            retry_after_s=RETRY_AFTER_S,
-            limit=admission.capacity.limit if admission.capacity is not None else None,  # type: ignore[union-attr]
-        ) from None
-    finally:
-        admission.read(reading)  # type: ignore[union-attr]
-
-
-def _leaving(scope: Scope) -> Callable[[], None]:
-    """What the server calls when the client of the request `scope` is for leaves: the request's
-    task cancelled (`predict` counts it, `cancelled`), and marked so the edge answers nobody."""
-    task = asyncio.current_task()
-
-    def left() -> None:
-        scope[CLIENT_LEFT] = True
-        task.cancel()  # type: ignore[union-attr]
-
-    return left
 
 
 def _within_lambda(response: Response, limit: int, rows: str) -> Response:

@@ -38,6 +38,7 @@ from sluice.batch.manifest import (
     objects_of,
     problems,
 )
+from sluice.batch.output_folder import input_of, refuse_clearing_input
 from sluice.batch.paths import BatchPaths
 from sluice.batch.plan import Chunk, JobSpec, plan_job
 from sluice.batch.publishing import (
@@ -49,11 +50,11 @@ from sluice.batch.publishing import (
     withdraw_job,
 )
 from sluice.batch.score import ChunkScorer
-from sluice.batch.uris import bucket_and_key, join, where
+from sluice.batch.uris import bucket_and_key, join
 from sluice.batch.wire import chunk_scored, job_summary
 from sluice.batch.written import as_written, is_as_written, not_as_written
 from sluice.domain import Principal, now
-from sluice.domain.errors import BadRequest, Conflict, SluiceError
+from sluice.domain.errors import Conflict, SluiceError
 from sluice.domain.jobs import ERROR_CHARS, BatchJob, OutputInUse
 from sluice.domain.locations import Root
 from sluice.inference.bulk import check_answers_in_place
@@ -62,7 +63,7 @@ from sluice.observability import Telemetry
 from sluice.stats.recorder import Key, Sample, StatsRecorder
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from sluice.batch.filestore import FileStore
     from sluice.domain.jobs import ChunkResult
@@ -197,59 +198,9 @@ class BatchRunner:
         writes: anything else there is left alone), `_SUCCESS` first."""
         stale = [n for n in self.files.names(job.output_uri, depth=1) if RESULT_NAMES.fullmatch(n)]  # its names: in it and in errors/
         if stale:
-            self._refuse_clearing_input(job, stale)
+            refuse_clearing_input(self.files, job, stale)
         for name in sorted(stale, key=lambda n: n != SUCCESS):
             self.files.delete(join(job.output_uri, name))
-
-    def _input_of(self, job: BatchJob, *, vetted: bool = False) -> Callable[[str], bool]:
-        """Whether a URI is a file of the job's input: the input itself, under its prefix, or
-        listed by its manifest, each compared where it is (a local path resolved: `..`, links,
-        `dt%3D1` and `dt=1` alike). What clearing an output folder never deletes."""
-        from sluice.batch.objects import is_manifest, listed_in
-
-        prefix = None
-        if is_manifest(job.input_uri):  # what it lists, read as Plan reads it (its error, where it cannot be read: nothing cleared)
-            inputs = {where(uri) for uri in listed_in(job.input_uri, self.files, job.input_version)} | {where(job.input_uri)}
-        else:
-            inputs = {where(job.input_uri)}
-            prefix = where(job.input_uri).rstrip("/") + "/"
-            output = where(job.output_uri).rstrip("/") + "/"
-            if output.startswith(prefix) and output != prefix:  # an output folder inside the input's
-                if vetted:  # past Plan, which found none of its input there: its files are this job's
-                    prefix = None
-                else:  # an earlier job's results, as its manifest lists them; any other file there is input Plan would read
-                    results = self._earlier_results(job)
-                    return lambda uri: (found := where(uri)) in inputs or (read_as_input(found, prefix) and found not in results)  # type: ignore[arg-type]
-        return lambda uri: (found := where(uri)) in inputs or (prefix is not None and read_as_input(found, prefix))
-
-    def _earlier_results(self, job: BatchJob) -> set[str]:
-        """The part and error files an earlier job's manifest in the job's output folder lists
-        (where it names this folder as its output), each where it is: the results a job there
-        replaces; none where there is no such manifest."""
-        try:
-            document = json.loads(self.files.read_bytes(join(job.output_uri, MANIFEST)))
-        except (SluiceError, OSError, ValueError):
-            return set()
-        if not isinstance(document, dict):
-            return set()
-        said = document.get("output")
-        if not isinstance(said, str) or where(said).rstrip("/") != where(job.output_uri).rstrip("/"):
-            return set()
-        listed = [entry.get("uri") for key in ("parts", "errors") for entry in document.get(key) or () if isinstance(entry, dict)]
-        return {where(uri) for uri in listed if isinstance(uri, str)}
-
-    def _refuse_clearing_input(self, job: BatchJob, stale: list[str]) -> None:
-        """BadRequest (naming `output_uri`, nothing deleted) where a result name to clear is a
-        file of the job's input (`_input_of`). Submit refuses the plain cases (`holds_input`);
-        this is the rule every spelling meets."""
-        is_input = self._input_of(job)
-        for name in stale:
-            if is_input(join(job.output_uri, name)):
-                raise BadRequest(
-                    f"the output folder {job.output_uri} holds the input's {name}: a job's results replace the part files an "
-                    "earlier job left in its output folder, which here are its input; give another output folder",
-                    field="output_uri",
-                )
 
     def chunks(self, planned: dict[str, Any]) -> list[Chunk]:
         return [Chunk.from_dict(c) for c in json.loads(self.files.read_bytes(planned["chunks"]["uri"]))]
@@ -379,7 +330,7 @@ class BatchRunner:
             found = [join(job.output_uri, n) for n in names if RESULT_NAMES.fullmatch(n) and n not in (SUCCESS, MANIFEST)]
             found = [uri for uri in found if uri not in listed]
             # Past Plan (its chunks counted), the folder was found to hold none of its input.
-            if found and any(map(self._input_of(job, vetted=job.chunks_total is not None), found)):  # the folder holds its input (refused by Plan): not the job's to touch
+            if found and any(map(input_of(self.files, job, vetted=job.chunks_total is not None), found)):  # the folder holds its input (refused by Plan): not the job's to touch
                 return
             stale = found
         except SluiceError:  # not listed, or its input not read: nothing taken back
@@ -447,10 +398,3 @@ class BatchRunner:
             planned = []  # none written
         return manifest(job, chunks, status, error, objects_of(planned))
 
-
-def read_as_input(place: str, prefix: str) -> bool:
-    """Whether Plan reads the file at `place` as input of the prefix `prefix` (both `where`'s):
-    under it, and no part of its name hidden (`_SUCCESS`, `_manifest.json`, `.x` are never read)."""
-    from sluice.batch.objects import hidden
-
-    return place.startswith(prefix) and not hidden(place[len(prefix) :])

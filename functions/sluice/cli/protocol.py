@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from sluice.api.edge import CLIENT_GONE
+from sluice.api.departures import CLIENT_GONE
 from sluice.settings import get_settings
 
 if TYPE_CHECKING:

@@ -293,17 +293,18 @@ class PolicyChecks:
         return signature_of
 
 
-def _transforms(policy: Any, field: str = "policy") -> Iterator[tuple[dict[str, Any], str]]:
-    """Each transform node of a policy's dict form, with its field."""
+def _outermost(policy: Any, kind: str, field: str = "policy") -> Iterator[tuple[dict[str, Any], str]]:
+    """Each node of `kind` in a policy's dict form that no node of that kind holds, with its
+    field (the walk does not go into one it yields)."""
     if isinstance(policy, dict):
-        if policy.get("kind") == "transform":
+        if policy.get("kind") == kind:
             yield policy, field
             return
         for key, value in policy.items():
-            yield from _transforms(value, f"{field}.{key}")
+            yield from _outermost(value, kind, f"{field}.{key}")
     elif isinstance(policy, list):
         for i, value in enumerate(policy):
-            yield from _transforms(value, f"{field}.{i}")
+            yield from _outermost(value, kind, f"{field}.{i}")
 
 
 def _transform_fault(node: dict[str, Any], field: str) -> InvalidRequest | None:
@@ -336,8 +337,8 @@ def _transform_fault(node: dict[str, Any], field: str) -> InvalidRequest | None:
 def _refuse_transform_faults(policy: dict[str, Any], stored: dict[str, Any] | None) -> None:
     """The first transform fault of a policy being written (`_transform_fault`), unless the
     stored policy holds the same transform (a policy stored before the rule keeps it)."""
-    kept = [node for node, _ in _transforms(stored)] if stored is not None else []
-    for node, field in _transforms(policy):
+    kept = [node for node, _ in _outermost(stored, "transform")] if stored is not None else []
+    for node, field in _outermost(policy, "transform"):
         fault = _transform_fault(node, field)
         if fault is not None and node not in kept:
             raise fault
@@ -346,22 +347,15 @@ def _refuse_transform_faults(policy: dict[str, Any], stored: dict[str, Any] | No
 RESERVED_VARIANT = "default"  # monitoring's name for the traffic of a deployment without a split (`?variant=default`)
 
 
-def _split_variants(policy: Any, field: str = "policy") -> Iterator[tuple[str, str]]:
+def _split_variants(policy: Any) -> Iterator[tuple[str, str]]:
     """The names of the split variants a request's answer is counted under unprefixed — those of
     any split not inside another split's variant (a nested split's are `outer/inner`): through
     shadows, switches, sequences, ensembles and precomputed nodes — in a policy's dict form,
     with the field that gives each."""
-    if isinstance(policy, dict):
-        if policy.get("kind") == "split":
-            for i, variant in enumerate(policy.get("variants") or ()):
-                if isinstance(variant, dict):
-                    yield str(variant.get("name")), f"{field}.variants.{i}.name"
-            return
-        for key, value in policy.items():
-            yield from _split_variants(value, f"{field}.{key}")
-    elif isinstance(policy, list):
-        for i, value in enumerate(policy):
-            yield from _split_variants(value, f"{field}.{i}")
+    for split, field in _outermost(policy, "split"):
+        for i, variant in enumerate(split.get("variants") or ()):
+            if isinstance(variant, dict):
+                yield str(variant.get("name")), f"{field}.variants.{i}.name"
 
 
 def _refuse_reserved_variant_names(policy: dict[str, Any], stored: dict[str, Any] | None) -> None:

@@ -163,6 +163,17 @@ def test_a_revoked_keys_message_that_is_not_base64_is_refused_401_and_closed(aws
     assert json.loads(sent[0][1])["status"] == 401 and "undecodable" not in connections()
 
 
+IRIS_MESSAGE = '{"request_id": "x", "deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]]}'
+
+
+def _management_client() -> Any:
+    """A Management API client for botocore's Stubber (no request leaves it)."""
+    return boto3.client(
+        "apigatewaymanagementapi", region_name=REGION, endpoint_url="https://abcdef123.execute-api.eu-west-1.amazonaws.com/v1",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
+
+
 class _Stubbed:
     def __init__(self, client: Any) -> None:
         self._client = client
@@ -174,16 +185,12 @@ class _Stubbed:
 
 def test_a_client_gone_before_its_answer_is_no_error(demo: Container, key: tuple[str, str]) -> None:
     key_id, _ = key
-    client = boto3.client(
-        "apigatewaymanagementapi", region_name=REGION, endpoint_url="https://abcdef123.execute-api.eu-west-1.amazonaws.com/v1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    )  # fmt: skip
+    client = _management_client()
     with Stubber(client) as stub:
         stub.add_client_error("post_to_connection", service_error_code="GoneException", http_status_code=410)
-        event = message('{"request_id": "x", "deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]]}', key_id=key_id)
+        event = message(IRIS_MESSAGE, key_id=key_id)
         assert route(event, container=demo, clients=_Stubbed(client)) == {"statusCode": 200}  # type: ignore[arg-type]
         stub.assert_no_pending_responses()
-
 
 
 @pytest.mark.parametrize(("codes", "sent"), [
@@ -200,16 +207,13 @@ def test_an_answer_the_management_api_refuses_is_tried_again_when_throttled_and_
     throttled one is tried again (three posts in all), and what is still refused is a warning
     naming its code; the invocation ends well either way."""
     key_id, _ = key
-    client = boto3.client(
-        "apigatewaymanagementapi", region_name=REGION, endpoint_url="https://abcdef123.execute-api.eu-west-1.amazonaws.com/v1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    )  # fmt: skip
+    client = _management_client()
     with Stubber(client) as stub:
         for code in codes:
             stub.add_client_error("post_to_connection", service_error_code=code, http_status_code=400 if code != "LimitExceededException" else 429)
         if sent:
             stub.add_response("post_to_connection", {})
-        event = message('{"request_id": "x", "deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]]}', key_id=key_id)
+        event = message(IRIS_MESSAGE, key_id=key_id)
         assert route(event, container=demo, clients=_Stubbed(client)) == {"statusCode": 200}  # type: ignore[arg-type]
         stub.assert_no_pending_responses()
     warned = [r for r in caplog.records if r.getMessage() == "websocket answer not sent"]
