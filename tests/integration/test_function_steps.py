@@ -421,6 +421,21 @@ def test_a_functions_nan_is_refused_by_the_model_after_it_though_a_transform_bef
     assert world.save("through", through).status_code in (200, 201)
     again = world.client.post("/api/v1/predictions", json={"deployment": "through", "batch": [{"embedding": [1, 2]}]}, headers=world.acme)
     assert again.status_code == 502 and again.json()["details"]["step"] == "features", again.text
+    # a transform after the function whose op refuses the function's NaN (a cast to an integer
+    # type) refuses the function's answer too, not an input the caller never sent
+    casts = {"kind": "transform", "ops": [{"op": "cast", "input": "embedding", "datatype": "INT64"}, {"op": "cast", "input": "embedding", "datatype": "FP32"}]}
+    cast = {"kind": "sequence", "steps": [{"name": "features", "target": nan}, {"name": "prep", "target": casts}, {"name": "score", "target": {"model": "score", "version": 1}}]}
+    assert world.save("cast", cast).status_code in (200, 201)
+    refused = world.client.post("/api/v1/predictions", json={"deployment": "cast", "batch": [{"embedding": [1, 2]}]}, headers=world.acme)
+    assert refused.status_code == 502, refused.text
+    error = refused.json()
+    assert error["details"]["step"] == "features" and error["code"] != "invalid_input", error
+    assert error["error"].startswith("step 'features': function features:nan answered values step 'prep' cannot take"), error
+    # the same cast of a NaN the caller sent is the caller's: a 400 naming the input
+    first = {"kind": "sequence", "steps": [{"name": "prep", "target": {**casts, "inputs": embedding}}, {"name": "score", "target": {"model": "score", "version": 1}}]}
+    assert world.save("first-cast", first).status_code in (200, 201)
+    theirs = world.client.post("/api/v1/predictions", content=b'{"deployment": "first-cast", "batch": [{"embedding": [NaN, 2]}]}', headers={**world.acme, "content-type": "application/json"})
+    assert theirs.status_code in (400, 422) and theirs.json()["code"] == "invalid_input", theirs.text
 
 
 @pytest.mark.parametrize(("function", "kind"), [("exits", "SystemExit"), ("interrupts", "KeyboardInterrupt"), ("cancels", "CancelledError"), ("odd", "Odd")])

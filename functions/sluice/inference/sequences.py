@@ -28,6 +28,7 @@ from sluice.domain.errors import (
     Accepted,
     BackendError,
     DeadlineExceeded,
+    InvalidInput,
     NotFinite,
     PayloadTooLarge,
     SluiceError,
@@ -136,17 +137,11 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                     raise
                 except NotFinite as exc:
                     name = (exc.field or "").removeprefix("inputs.")
-                    maker = made_by.get((step.step.map or {}).get(name, name))
-                    if maker is None:  # the caller's (or what its values made)
+                    theirs = _functions_fault(exc, made_by.get((step.step.map or {}).get(name, name)), step, samples, report, "NaN or infinite values, which")
+                    if theirs is None:  # the caller's (or what its values made)
                         samples.append((step.stat_key, None))
                         raise _named(exc, step.name, report) from None
-                    # A function's answer: its failure, not the caller's bad input (a 502 naming it).
-                    samples[:] = [(maker.stat_key, None) if key == maker.stat_key else (key, ms) for key, ms in samples]
-                    raise _named(
-                        BackendError(f"function {maker.target.function} answered NaN or infinite values, which step '{step.name}' "
-                                     f"cannot take ({exc.message})", field="policy"),
-                        maker.name, report,
-                    ) from None  # fmt: skip
+                    raise theirs from None
                 except SluiceError as exc:
                     samples.append((step.stat_key, None))
                     raise _named(exc, step.name, report) from None
@@ -155,7 +150,13 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                 given, given_signature, finite = answer.result.outputs, answer.signature, frozenset()
                 made_by = {}
             elif kind == "transform":
-                given_signature, given, finite = _transform(step, given_signature, given, call)
+                try:
+                    given_signature, given, finite = _transform(step, given_signature, given, call)
+                except InvalidInput as exc:  # refusing a tensor a function answered (a cast of its NaN): the function's fault
+                    theirs = _functions_fault(exc, made_by.get((exc.field or "").removeprefix("inputs.")), step, samples, report, "values")
+                    if theirs is None:
+                        raise
+                    raise theirs from None
                 if made_by:  # a function's tensor a transform passes on under its name is still the function's
                     made_by = {k: v for k, v in made_by.items() if k in given}
                 ms = (clock() - started) * 1000
@@ -327,6 +328,20 @@ async def _inputs_of(
             raise BackendError(f"step '{step.name}' takes input '{name}' from output '{source}' of step '{before}', which gave {sorted(given)}", field="policy", step=step.name)
         feed[name] = array
     return feed, signature
+
+
+def _functions_fault(
+    exc: InvalidInput, maker: _Step | None, step: _Step, samples: list[tuple[Any, float | None]], report: list[dict[str, Any]], what: str
+) -> SluiceError | None:
+    """A step's refusal of a tensor a function step answered (`maker`; None: the caller's, or
+    what its values made) as that function's failure, not the caller's bad input: a 502 naming
+    the function's step, its sample counted as failed. None where the tensor is not a function's."""
+    if maker is None:
+        return None
+    samples[:] = [(maker.stat_key, None) if key == maker.stat_key else (key, ms) for key, ms in samples]
+    message = exc.message.removeprefix(f"step '{step.name}': ")
+    error = BackendError(f"function {maker.target.function} answered {what} step '{step.name}' cannot take ({message})", field="policy")  # type: ignore[union-attr]
+    return _named(error, maker.name, report)
 
 
 def _named(exc: SluiceError, step: str, report: list[dict[str, Any]]) -> SluiceError:
