@@ -66,3 +66,8 @@ def test_booleans_are_refused_wherever_the_json_holds_them(client: TestClient, k
     assert r.status_code == 400, r.text
     r = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]]}, headers=headers)
     assert r.status_code == 200 and r.json()["prediction"] == "setosa"
+    # a long body (rows of numbers, with keys holding t and f many times) is looked through as a short one
+    many = [[5.1, 3.5, 1.4, 0.2]] * 80
+    for rows in ([*many, [5.1, 3.5, True, 0.2]], [[5.1, 3.5, False, 0.2], *many]):
+        r = client.post("/api/v1/predictions", json={"request_id": "tttt-ffff-tttt-ffff", "deployment": "iris", "inputs": rows}, headers=headers)
+        assert r.status_code == 400 and "true/false" in r.json()["error"], r.text

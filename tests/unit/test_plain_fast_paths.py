@@ -246,3 +246,21 @@ def test_batch_columns_are_those_pyarrow_makes_itself(answer: tuple[Signature, I
         patch.setattr(plain, "text_column", lambda values: pa.array(values, type=pa.string()))
         expected = repr(columns())
     assert repr(columns()) == expected
+
+
+# Bodies of numbers and keys with the words' letters, true and false among them, long and short.
+_PIECES = st.sampled_from([b"0.25", b"-1e-05", b"42", b",", b"[", b"]", b" ", b"\"t\"", b"\"f\"", b"\"tt\"", b"\"customer\"", b":",
+                           b"\"features\"", b"true", b"false", b"tru", b"fals", b"t", b"f", b"e", b"{", b"}", b"ru", b"alse", b"null"])  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=60), st.integers(0, 60), st.integers(0, 1500), st.binary(max_size=40))
+def test_the_edges_search_for_true_and_false_finds_what_a_plain_search_finds(pieces: list[bytes], at: int, pad: int, tail: bytes) -> None:
+    """`holds_true_or_false` (a long body's letters looked for first) answers as `find` of each
+    word does, wherever the words, their letters and their near misses stand, in bodies short
+    and long (numbers put in among the pieces at a drawn place)."""
+    from sluice.api.edge import LONG_BODY, holds_true_or_false
+
+    numbers = b"1.5," * ((LONG_BODY + pad) // 4)
+    for text in (b"".join(pieces) + tail, b"".join(pieces[:at]) + numbers + b"".join(pieces[at:]) + tail):
+        assert holds_true_or_false(text) == (text.find(b"true") >= 0 or text.find(b"false") >= 0), text

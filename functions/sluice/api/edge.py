@@ -46,6 +46,37 @@ if TYPE_CHECKING:
     from sluice.wiring import Container
 
 # Routes that answer without a principal: liveness, readiness, server metadata, the docs.
+LONG_BODY = 1024  # from this many bytes, `holds_true_or_false` looks for the words' first letters first
+CANDIDATES = 4  # a letter found this many times not starting its word: the words looked for whole
+
+
+def holds_true_or_false(text: bytes) -> bool:
+    """Whether `text` holds `true` or `false` anywhere (a JSON body: `false` inside a string
+    counts too, so the answer may be yes where the values hold none, never no where they do).
+
+    `bytes.find` of a word walks a body of numbers about a byte at a time (the digits 2, 4, 5
+    and 3 share its skip table's bits with t, u, r and s): ~6 µs for 256 floats, a twentieth
+    of a request. A letter alone is found by `memchr`, and in a body of numbers `t` and `f`
+    stand only in its keys: a long body is looked through for them first, each place checked
+    for its word, and, where a letter stands `CANDIDATES` times elsewhere (rows of objects
+    whose keys hold it), for the words whole from there. `find`, never `in`: on bytes `in`
+    first reads its operand as an integer (a TypeError made and dropped each time)."""
+    if len(text) < LONG_BODY:
+        return text.find(b"true") >= 0 or text.find(b"false") >= 0
+    for letter, word in ((b"t", b"true"), (b"f", b"false")):
+        at, seen = text.find(letter), 0
+        while at >= 0:
+            if text.startswith(word, at):
+                return True
+            seen += 1
+            if seen == CANDIDATES:
+                if text.find(word, at) >= 0:
+                    return True
+                break
+            at = text.find(letter, at + 1)
+    return False
+
+
 PUBLIC = frozenset({"/healthz", "/readyz", "/v2", "/v2/", "/v2/health/live", "/v2/health/ready", "/docs", "/openapi.json"})
 PRINCIPAL = "sluice.principal"
 JSON_BOOLS = "sluice.json_bools"  # set by the edge for a hot route's handler: see `Edge._answer`
@@ -277,10 +308,7 @@ class Edge:
             scope[DEPLOYMENT] = getattr(parsed, "deployment", None)
             # Whether the JSON holds a true or false anywhere: where not, decoding need not
             # look at every value for one (JSON booleans are not numbers).
-            # `find`, not `in`: on a memoryview `in` compares single bytes, and on bytes it first
-            # reads its operand as an integer (a TypeError made, formatted and dropped each time).
-            text = raw if type(raw) is bytes else bytes(raw or b"")
-            scope[JSON_BOOLS] = text.find(b"true") >= 0 or text.find(b"false") >= 0
+            scope[JSON_BOOLS] = holds_true_or_false(raw if type(raw) is bytes else bytes(raw or b""))
             gone = scope.get(CLIENT_GONE) if receive is not None else None
             if gone is None:
                 response = await route.handler(container, principal, parsed, scope, headers, **path)
