@@ -535,3 +535,18 @@ def test_a_switchs_case_refusing_a_row_names_the_requests_row(world: World) -> N
     assert switched.status_code == 400 and "row 2 is float '1.5'" in alone["error"]
     assert switched.json()["error"] == f"case 'default': {alone['error']}" and switched.json()["details"]["row"] == 2  # naming its case too
     assert switched.json()["details"]["case"] == "default"
+
+
+@pytest.mark.parametrize("extra", [{"max_age_s": 86400.0}, {"event_time_output": "customer_at"}], ids=["max_age_s", "event_time_output"])
+def test_an_event_time_column_the_table_lacks_is_a_422_naming_it(world: World, extra: dict[str, Any]) -> None:
+    """A misspelt `event_time` read for `max_age_s`: before, every record counted as stale and each
+    row quietly took its defaults (and `event_time_output` was null throughout); now it is refused
+    as a feature missing without a default is, a 422 naming the column."""
+    policy = fraud(event_time="evnt_time", **extra)
+    assert world.save("misspelt", policy).status_code in (200, 201)
+    r = world.predict("misspelt", [("c1", 1.0)])
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert "no event-time column 'evnt_time'" in body["error"] and "'customers'" in body["error"] and body["field"] == "policy", body
+    assert world.save("spelt", fraud(event_time="event_time", **extra)).status_code in (200, 201)
+    assert world.predict("spelt", [("c1", 1.0)]).status_code == 200

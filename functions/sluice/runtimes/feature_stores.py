@@ -27,7 +27,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.caching import keep
-from sluice.domain.errors import BackendError, SluiceError, Unavailable
+from sluice.domain.errors import BackendError, SluiceError, Unavailable, Unprocessable
 from sluice.runtimes.found import Found, Key, epoch_seconds
 
 __all__ = ["FeatureStore", "Found", "Key", "epoch_seconds"]  # the records' shape lives in `found`
@@ -216,10 +216,10 @@ class SqliteStore(_Counted):
         return self._db
 
     def _read(self, db: sqlite3.Connection, table: str, key_names: Sequence[str], features: Sequence[str], event_time: str) -> list[str]:
-        """The table's columns a question reads (a column not there: a missing feature). The
-        columns are kept once read, and read again where a question names one they lack (a
-        column added since); a question that reads one no longer there fails, and `get_many`
-        then forgets them."""
+        """The table's columns a question reads (a feature's column not there: a missing feature;
+        the event time's, when asked: a 422 naming it). The columns are kept once read, and read
+        again where a question names one they lack (a column added since); a question that reads
+        one no longer there fails, and `get_many` then forgets them."""
         wanted = _wanted(features, event_time)
         columns = self._columns.get(table)
         if columns is None or not columns.keys() >= set(map(_folded, wanted)):
@@ -233,6 +233,16 @@ class SqliteStore(_Counted):
         missing = [k for k in key_names if _folded(k) not in columns]
         if missing:
             raise BackendError(f"table '{table}' has no key column '{missing[0]}'")
+        if event_time and _folded(event_time) not in columns:
+            # Asked only for `max_age_s` or `event_time_output`: without the column no record's age
+            # could be told, and every row would quietly take its defaults, as a stale one does.
+            # Refused as a feature missing without a default is (422), naming the column.
+            raise Unprocessable(
+                f"table '{table}' has no event-time column '{event_time}' (the lookup's event_time, read for max_age_s and "
+                f"event_time_output): no record's age can be told; name the column that holds its event times",
+                field="policy",
+                column=event_time,
+            )
         return [c for c in wanted if _folded(c) in columns]
 
     def rows(self, node: Lookup, together: list[Any], key_types: Sequence[str]) -> Values | None:
