@@ -550,3 +550,35 @@ def test_an_event_time_column_the_table_lacks_is_a_422_naming_it(world: World, e
     assert "no event-time column 'evnt_time'" in body["error"] and "'customers'" in body["error"] and body["field"] == "policy", body
     assert world.save("spelt", fraud(event_time="event_time", **extra)).status_code in (200, 201)
     assert world.predict("spelt", [("c1", 1.0)]).status_code == 200
+
+
+@pytest.mark.parametrize(("datatype", "key", "kind"), [("BYTES", "7", "a string (S)"), ("INT64", 7, "a number (N)")])
+def test_a_dynamodb_key_of_another_type_than_the_tables_is_a_502_naming_the_key_and_the_type(tmp_path: Path, datatype: str, key: Any, kind: str) -> None:
+    """DynamoDB refuses a BatchGetItem whose key is of another type than the table's key
+    attribute (a text entity against a numeric key, or the reverse) with a ValidationException
+    ("The provided key element does not match the schema"; moto does not check, and answers
+    nothing found: the Stubber gives the service's answer). Before, the 502 said "reading
+    DynamoDB table ... failed (ValidationException)", naming neither; now it names the key and
+    the type it was asked as."""
+    from botocore.stub import Stubber
+
+    from sluice.runtimes.lookups import LookupSteps
+
+    dynamodb = _dynamodb_client()
+    settings = Settings(mode="local", home=tmp_path / "home", registry="", store="", deployment_cache_ttl_s=0, lookup_sources={"acme": [f"dynamodb:{TABLE}"]})
+    world = make_world(settings, LookupSteps(settings.lookups, mode="local", dynamodb=dynamodb, sleep=lambda s: None))
+    policy = fraud("dynamodb", TABLE)
+    policy["steps"][0]["target"]["inputs"][0]["datatype"] = datatype
+    assert world.save("typed", policy).status_code in (200, 201)
+    with Stubber(dynamodb) as stub:
+        stub.add_client_error("batch_get_item", "ValidationException", "The provided key element does not match the schema", 400)
+        r = world.client.post("/api/v1/predictions", json={"deployment": "typed", "batch": [{"customer": key, "amount": 1.0}]}, headers=world.acme)
+    assert r.status_code == 502, r.text
+    error = r.json()["error"]
+    assert f"'{TABLE}'" in error and f"key 'customer_id' was asked as {kind}" in error, error
+
+
+def _dynamodb_client() -> Any:
+    import boto3
+
+    return boto3.client("dynamodb", region_name="eu-west-1", aws_access_key_id="test", aws_secret_access_key="test")

@@ -93,15 +93,18 @@ class _Remote(_Counted):
         self.retries = retries
         self.sleep = sleep
 
-    def _responses(self, what: str, call: Callable[[Any], dict[str, Any]], request: Any, unprocessed: str, left: str) -> Iterator[dict[str, Any]]:
+    def _responses(
+        self, what: str, call: Callable[[Any], dict[str, Any]], request: Any, unprocessed: str, left: str, asked: str = ""
+    ) -> Iterator[dict[str, Any]]:
         """`call(request)`'s response, then again with what the store left unprocessed (the
-        response's `unprocessed`), with backoff, until nothing is; `what` names the store in errors."""
+        response's `unprocessed`), with backoff, until nothing is; `what` names the store in errors,
+        `asked` what a request the store finds invalid asked for (`aws_error`)."""
         for attempt in range(self.retries + 1):
             self._counted()
             try:
                 response = call(request)
             except Exception as exc:
-                raise aws_error(exc, what) from None
+                raise aws_error(exc, what, asked) from None
             yield response
             request = response.get(unprocessed)
             if not request:
@@ -109,6 +112,10 @@ class _Remote(_Counted):
             if attempt < self.retries:
                 self.sleep(min(0.05 * 2**attempt, 1.0))
         raise Unavailable(f"{what} left {left} unprocessed after {self.retries + 1} calls (throttled); retry shortly")
+
+
+# A key's type as DynamoDB names it, and the inputs that give it (`lookups._TYPES`).
+_KINDS = {"S": "a string (S), from a BYTES input", "N": "a number (N), from an integer input"}
 
 
 class DynamoStore(_Remote):
@@ -132,7 +139,8 @@ class DynamoStore(_Remote):
                 "ExpressionAttributeNames": names,
             }
         }
-        for response in self._responses(f"DynamoDB table '{table}'", lambda r: self.client.batch_get_item(RequestItems=r), request, "UnprocessedKeys", "keys"):
+        asked = ", ".join(f"key '{n}' was asked as {_KINDS[t]}" for n, t in zip(key_names, types, strict=True))
+        for response in self._responses(f"DynamoDB table '{table}'", lambda r: self.client.batch_get_item(RequestItems=r), request, "UnprocessedKeys", "keys", asked):
             for item in response.get("Responses", {}).get(table, ()):
                 values = {k: _plain(v) for k, v in item.items()}
                 found.add(tuple(str(values.get(n)) for n in key_names), values, values.get(event_time))
@@ -348,8 +356,10 @@ def _wanted(features: Sequence[str], event_time: str) -> list[str]:
 
 
 # Errors -------------------------------------------------------------------------------------
-def aws_error(exc: Exception, what: str) -> SluiceError:
-    """A store's failure as a sluice error; the raw text to the log only."""
+def aws_error(exc: Exception, what: str, asked: str = "") -> SluiceError:
+    """A store's failure as a sluice error; the raw text to the log only. `asked`: what the
+    request asked for (its keys and their types), said where the store finds it invalid (a
+    DynamoDB key of another type or name than the table's key attribute)."""
     from sluice.runtimes.aws_failures import aws_failure
 
     if isinstance(exc, SluiceError):
@@ -363,5 +373,10 @@ def aws_error(exc: Exception, what: str) -> SluiceError:
             return BackendError(f"{what} does not exist")
         case ("refused", "AccessDeniedException" | "AccessDenied"):
             return BackendError(f"sluice may not read {what}: the operator grants it (graphs.lookups in the deployment's config)")
+        case ("refused", "ValidationException") if asked:
+            return BackendError(
+                f"{what} refused the keys asked (ValidationException): {asked}; the table's key attributes must be of these names "
+                "and types (a number (N) key is read from an INT32 or INT64 input, a string (S) key from a BYTES one)"
+            )
         case (_, code):
             return BackendError(f"reading {what} failed ({code})")
