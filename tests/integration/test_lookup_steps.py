@@ -582,3 +582,35 @@ def _dynamodb_client() -> Any:
     import boto3
 
     return boto3.client("dynamodb", region_name="eu-west-1", aws_access_key_id="test", aws_secret_access_key="test")
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "name"),
+    [
+        (lambda t: t["features"][0].update(name="avg.amount"), "policy.steps.0.target.features.0.name", "avg.amount"),
+        (lambda t: t["features"][1].update(name="_chargebacks"), "policy.steps.0.target.features.1.name", "_chargebacks"),
+        (lambda t: t["features"][0].update(name="avg_amount_"), "policy.steps.0.target.features.0.name", "avg_amount_"),
+        (lambda t: t["features"][0].update(name="a" * 65), "policy.steps.0.target.features.0.name", "a" * 65),
+        (lambda t: t.update(event_time="event.time", max_age_s=60.0), "policy.steps.0.target.event_time", "event.time"),
+        (lambda t: t.update(keys={"customer.id": "customer"}), "policy.steps.0.target.keys.customer.id", "customer.id"),
+    ],
+)
+def test_a_sagemaker_lookups_names_that_are_no_feature_names_are_refused_when_saved(tmp_path: Path, change: Any, field: str, name: str) -> None:
+    """SageMaker Feature Store's feature names are 1 to 64 letters, digits, '-' and '_', starting
+    and ending with a letter or digit (botocore's FeatureName). Before, a policy asking a feature
+    group for another name was saved and every call was a 502 (BatchGetRecord's
+    ValidationException); now it is a 422 naming the field when saved."""
+    from sluice.runtimes.lookups import LookupSteps
+
+    settings = Settings(
+        mode="local", home=tmp_path / "home", registry="", store="", deployment_cache_ttl_s=0, lookup_sources={"acme": ["sagemaker:acme-customers"]}
+    )  # fmt: skip
+    world = make_world(settings, LookupSteps(settings.lookups, mode="local"))
+    assert world.save("group", fraud("sagemaker", "acme-customers", max_age_s=60.0, event_time="event-time")).status_code in (200, 201)
+    policy = fraud("sagemaker", "acme-customers")
+    change(policy["steps"][0]["target"])
+    prepare = policy["steps"][1]["target"]["ops"][0]
+    prepare["inputs"] = ["amount", *(f["name"] for f in policy["steps"][0]["target"]["features"])]
+    r = world.save("misnamed", policy)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == field and f"'{name}' is not a SageMaker feature name" in r.json()["error"], r.json()

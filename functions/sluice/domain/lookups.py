@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
@@ -55,6 +55,11 @@ TABLE_PATTERNS = {
     "feast": re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,127}"),
     "sqlite": re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}"),
 }
+# The names a store gives its features (its keys and event time are features too), where it holds
+# them to a rule a lookup's own names do not: SageMaker Feature Store's FeatureName (botocore's
+# model: 1 to 64 characters of this pattern). Checked where a policy is written
+# (`sluice.services.written_bounds`): a name past it was a 502 on every call.
+FEATURE_NAMES = {"sagemaker": (re.compile(r"[a-zA-Z0-9](?:[-_]*[a-zA-Z0-9]){0,63}"), 64, "a SageMaker feature name: 1 to 64 letters, digits, '-' and '_', starting and ending with a letter or digit")}
 SQLITE_OWN = ("sqlite_", "pragma_")  # SQLite's own tables and its pragmas' table-valued functions, in every file
 Attribute = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
 Value = StrictBool | StrictInt | StrictFloat | StrictStr
@@ -137,6 +142,18 @@ class Lookup(Part):
 
     def children(self) -> list[Any]:
         return []
+
+    def misnamed(self) -> Iterator[tuple[str, str, str]]:
+        """Each name the store asks for that it cannot hold as a feature's (`FEATURE_NAMES`): its
+        field under the lookup, the name, and what a name of the store's is."""
+        rule = FEATURE_NAMES.get(self.store)
+        if rule is None:
+            return
+        pattern, most, said = rule
+        named = [*((f"keys.{k}", k) for k in self.keys), *((f"features.{i}.name", f.name) for i, f in enumerate(self.features)), ("event_time", self.event_time)]
+        for where, name in named:
+            if len(name) > most or not pattern.fullmatch(name):
+                yield where, name, said
 
     def primary_single(self, resolve_ref: Callable[[str], Any] | None = None) -> None:
         return None

@@ -1,6 +1,7 @@
 """Bounds a policy is held to where it is written, not where it is read: a variant's or
 member's weight at most MAX_WEIGHT (any sum of them stays finite), a lookup feature's default a
-value of its datatype (an INT32 default of 5e9 failed every row that took it), a transform's
+value of its datatype (an INT32 default of 5e9 failed every row that took it), a SageMaker
+lookup's names SageMaker feature names (another was a 502 on every call), a transform's
 number one a 64-bit float holds (a whole number of 400 digits was a 500 on every request; one
 stored before reads as infinity, `sluice.routing.transforms`). A policy stored
 before a bound keeps what it holds: it still reads and serves, and a policy written to the
@@ -53,6 +54,8 @@ def _past_bounds(node: Node) -> Iterator[tuple[str, Hashable, str]]:
                 why = feature.past_range_default()
                 if why is not None:
                     yield f"{field}.features.{i}", ("default", feature.name, feature.datatype, feature.default), why
+            for where, name, said in child.misnamed():
+                yield f"{field}.{where}", ("name", child.store, name), f"'{name}' is not {said}"
         for where, weight in weights:
             if weight > MAX_WEIGHT:
                 yield where, ("weight", weight), f"a weight is at most {MAX_WEIGHT:.0f}, not {weight!r}"
