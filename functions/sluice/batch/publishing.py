@@ -96,7 +96,7 @@ class Publishing:
         found[:] = [entity_of(v) for v in values]
         missing = np.flatnonzero(np.equal(found, None) & np.equal(reasons, None))
         reasons[missing] = (
-            f"publish key column '{self.key}' is empty on this row, a list or an object, not UTF-8 text, longer than {MAX_ENTITY_BYTES} bytes (UTF-8), "
+            f"publish key column '{self.key}' is empty on this row, a list or an object, not UTF-8 text, an infinite number, longer than {MAX_ENTITY_BYTES} bytes (UTF-8), "
             "or a whole number too large for the floats it was read as: it cannot be published"
         )
         return found

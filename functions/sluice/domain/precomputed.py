@@ -76,11 +76,12 @@ class Precomputed(ReadsRequest, Part):
 def entity_of(value: Any) -> str | None:
     """An entity key as the table stores it: a string as it is, a whole number without a
     fraction (`7`, `7.0` and `"7"` are one entity), bytes as the UTF-8 text they are; None
-    for a missing one (null, NaN, an empty string), a list or an object (several values, or
-    none: no one entity), bytes that are no UTF-8 text (read with
-    replacement characters, two such keys would be one entity), or one longer than
-    `MAX_ENTITY_BYTES` in UTF-8, which no stored answer can have (never cut short: two keys
-    alike in their first bytes are two entities)."""
+    for a missing one (null, NaN, an empty string), an infinite number (its text, `inf`, is the
+    text key "inf"'s entity), a list or an object (several values, or none: no one entity), bytes
+    that are no UTF-8 text (read with replacement characters, two such keys would be one
+    entity), or one whose entity is longer than `MAX_ENTITY_BYTES` in UTF-8 (a number's digits
+    and sign too), which no stored answer can have (never cut short: two keys alike in their
+    first bytes are two entities)."""
     if value is None:
         return None
     if isinstance(value, bytes | bytearray | memoryview):
@@ -97,15 +98,16 @@ def entity_of(value: Any) -> str | None:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        if math.isnan(value):
+        if not math.isfinite(value):
             return None
         return str(int(value)) if value.is_integer() else repr(value)
     if isinstance(value, Decimal):  # a Parquet decimal column's: `7.00` is `7` too
         if not value.is_finite():
             return None
-        if value == value.to_integral_value():
-            return None if value.adjusted() >= MAX_ENTITY_BYTES else str(int(value))
-        return str(value)
+        if value == value.to_integral_value():  # its digits and its sign, counted before it is spelled out
+            return None if value.adjusted() + 1 + value.is_signed() > MAX_ENTITY_BYTES else str(int(value))
+        text = str(value)
+        return text if len(text) <= MAX_ENTITY_BYTES else None
     if isinstance(value, list | tuple | dict | set | frozenset):
         return None  # a list or an object (a JSON Lines row's) is no one key: its text is no entity's
     item = getattr(value, "item", None)  # a NumPy scalar

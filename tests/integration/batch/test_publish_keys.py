@@ -106,3 +106,25 @@ def test_a_parquet_decimal_key_is_its_numbers_entity(batch: Container, acme: Pri
     job = run_job(batch, acme, path, deployment="diabetes", publish=PUBLISH)
     assert job.status == "SUCCEEDED", job.error
     assert sorted(batch.precomputed.get_answers("acme", "recs", job.id, ["7", "7.00", "8.50"], now=time.time())) == ["7", "8.50"]
+
+
+def test_an_infinite_float_key_is_no_entity_as_nan_is_none(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    """A Parquet float key of NaN is no entity (its row fails, naming the key column); an
+    infinite one was published as the entity "inf" ("-inf"), the text key "inf"'s, where a
+    request's infinite key is answered live: now its row fails as a NaN key's does."""
+    import math
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.integration.batch.jobs import read_errors
+    from tests.integration.test_precomputed import FEATURES
+
+    path = tmp_path / "users.parquet"
+    users = [7.0, math.inf, -math.inf, math.nan]
+    pq.write_table(pa.table({"user": pa.array(users, pa.float64()), **{f: pa.array([0.01] * len(users)) for f in FEATURES}}), path)
+    job = run_job(batch, acme, path, deployment="diabetes", publish=PUBLISH)
+    assert (job.status, job.rows_out, job.rows_failed) == ("SUCCEEDED", 1, 3), job.error
+    errors = read_errors(job)
+    assert sorted(e["row"] for e in errors) == [1, 2, 3] and all("publish key column 'user'" in e["reason"] for e in errors), errors
+    assert sorted(batch.precomputed.get_answers("acme", "recs", job.id, ["7", "inf", "-inf", "nan"], now=time.time())) == ["7"]
