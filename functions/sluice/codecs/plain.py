@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from sluice.domain.results import Prediction
-    from sluice.domain.signature import Signature
+    from sluice.domain.signature import Signature, TensorSpec
 
 
 _PLAIN = {str, int, float, bool, type(None)}  # what an object array may hold that JSON takes as it is
@@ -215,10 +215,10 @@ def present_columns(signature: Signature, result: InferenceResult, *, flat: bool
             picked = np.asarray(classes, dtype=object)[np.argmax(probs, axis=1)] if len(probs) else []  # type: ignore[arg-type]
             columns["prediction"] = pa.array([_scalar(c) for c in picked])
     elif len(values) == 1:
-        columns.update(_value_columns("prediction", outputs[values[0]], flat=flat))
+        columns.update(_value_columns("prediction", outputs[values[0]], flat=flat, spec=signature.output(values[0])))
     else:
         for name in values:
-            columns.update(_value_columns(f"prediction_{name}", outputs[name], flat=flat))
+            columns.update(_value_columns(f"prediction_{name}", outputs[name], flat=flat, spec=signature.output(name)))
     if probs is not None and classes is not None:
         for j, cls in enumerate(classes):
             columns[f"probability_{_scalar(cls)}"] = from_numbers(probs[:, j])
@@ -227,12 +227,17 @@ def present_columns(signature: Signature, result: InferenceResult, *, flat: bool
     return columns
 
 
-def _value_columns(name: str, array: np.ndarray, *, flat: bool) -> dict[str, pa.Array]:
+def _value_columns(name: str, array: np.ndarray, *, flat: bool, spec: TensorSpec | None = None) -> dict[str, pa.Array]:
+    """An output's column(s); an output whose NaN is no value (`TensorSpec.nan_missing`: a
+    lookup's event times) has nulls there, in every format (Parquet's NaN, CSV's `nan` were
+    numbers where JSON Lines said null)."""
     import pyarrow as pa
 
     if array.ndim == 2 and array.shape[1] == 1:
         array = array[:, 0]
     if array.ndim == 1:
+        if spec is not None and spec.nan_missing and array.dtype.kind == "f":
+            return {name: pa.array(array, mask=np.isnan(array))}
         return {name: _arrow(array)}
     rows = array.reshape(len(array), -1)
     if flat:

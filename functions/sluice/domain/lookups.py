@@ -180,7 +180,7 @@ class Lookup(Part):
     @cached_property
     def gives(self) -> tuple[TensorSpec, ...]:
         """What it adds to what it takes."""
-        extra = (TensorSpec(self.event_time_output, "FP64", (DYNAMIC,)),) if self.event_time_output else ()
+        extra = (TensorSpec(self.event_time_output, "FP64", (DYNAMIC,), nan_missing=True),) if self.event_time_output else ()
         return (*(f.spec() for f in self.features), *extra)
 
     def derive(self, takes: tuple[TensorSpec, ...]) -> tuple[TensorSpec, ...]:

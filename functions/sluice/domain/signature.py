@@ -36,9 +36,14 @@ class TensorSpec:
     # answers them (read at push: `runtimes.onnx_signature.classifier_labels`): whichever runtime
     # answers the version, its columns are these classes (`domain.results.with_classes`).
     classes: tuple[int | str, ...] | None = None
+    # Outputs only: its NaN stands for no value (a lookup's event times, where a record has none),
+    # so a batch part writes it as null in every format, as JSON does.
+    nan_missing: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        if not self.nan_missing:
+            del data["nan_missing"]
         data["shape"] = list(self.shape)
         if self.feature_names is not None:
             data["feature_names"] = list(self.feature_names)
@@ -56,6 +61,7 @@ class TensorSpec:
             role=data.get("role"),
             feature_names=tuple(names) if names is not None else None,
             classes=tuple(classes) if classes is not None else None,
+            nan_missing=data.get("nan_missing") is True,
         )
 
 
