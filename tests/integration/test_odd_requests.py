@@ -51,6 +51,14 @@ def test_a_header_length_that_is_not_ascii_digits_is_a_400(client: TestClient, k
     assert r.json()["field"] == "inference-header-content-length"
 
 
+def test_a_header_length_of_zero_is_a_400_naming_the_header(client: TestClient, keys: dict[str, str]) -> None:
+    """A JSON header of no bytes is no request: refused naming the header, as one past the body
+    is (never read as an empty body and answered about the body)."""
+    r = _binary(client, keys["acme"], INFER, length="0")
+    assert r.status_code == 400, r.text
+    assert r.json()["field"] == "inference-header-content-length" and "0" in r.json()["error"]
+
+
 @given(text=st.text())
 def test_a_count_is_ascii_digits_alone(text: str) -> None:
     found = decimal(text)

@@ -31,10 +31,19 @@ _LENGTH = struct.Struct("<I")
 
 
 def split_body(raw: bytes, declared: str) -> tuple[bytes, memoryview]:
-    """The JSON header and the binary tail of a body whose header length is `declared`."""
+    """The JSON header and the binary tail of a body whose header length is `declared`: a
+    count of 1 or more. 0 is refused naming the header: a header of no bytes holds no request
+    (Triton reads 0 as its raw binary form, the whole body one input's bytes with no JSON at
+    all, which is not served here)."""
     length = decimal(declared)
     if length is None:
         raise BadRequest("Inference-Header-Content-Length must be a non-negative integer", field=HEADER)
+    if not length:
+        raise BadRequest(
+            "Inference-Header-Content-Length is 0: it is the JSON header's length in bytes, 1 or more"
+            " (a body of raw bytes with no JSON header is not taken; leave the header out for a body of JSON alone)",
+            field=HEADER,
+        )
     if length > len(raw):
         raise BadRequest(
             f"Inference-Header-Content-Length is {length} but the body has {len(raw)} bytes", field=HEADER
