@@ -136,6 +136,30 @@ def test_tritonclient_reads_a_gzipped_binary_answer(client: TestClient, keys: di
     assert result.as_numpy("output_probability").shape == (400, 3)
 
 
+@pytest.mark.parametrize("accept", ["gzip", "identity", None], ids=["gzip", "identity", "not-said"])
+def test_every_answer_whose_coding_accept_encoding_picks_says_vary_accept_encoding(client: TestClient, keys: dict[str, str], accept: str | None) -> None:
+    """A cache must not give one client's gzipped answer to another that did not ask: every
+    answer that would have been gzipped for a client asking (a large enough one) says
+    `Vary: Accept-Encoding`, whether it was gzipped (asked) or not (not asked, or too small),
+    on the hot routes and the framework's. The protocol's other routes, never gzipped, do not."""
+    many = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [100, 4], "data": ROWS[0] * 100}]}
+    said = {"Accept-Encoding": accept} if accept is not None else {}
+    with TestClient(client.app, headers={"Accept-Encoding": ""}) as plain:
+        plain.headers.pop("Accept-Encoding")  # httpx asks for gzip unless told
+        answers = [
+            plain.post("/v2/models/iris/infer", json=many, headers={**auth(keys["acme"]), **said}),
+            plain.post("/v2/models/iris/infer", json=INFER, headers={**auth(keys["acme"]), **said}),  # too small to gain
+            plain.post("/api/v1/predictions", json={"deployment": "iris", "inputs": ROWS}, headers={**auth(keys["acme"]), **said}),
+            plain.get("/openapi.json", headers=said),
+            plain.get("/api/v1/deployments", headers={**auth(keys["acme"]), **said}),
+        ]
+        for r in answers:
+            assert r.status_code == 200, r.text
+            assert [v.strip().lower() for v in r.headers.get("vary", "").split(",")].count("accept-encoding") == 1, (r.url, r.headers)
+            assert ("content-encoding" in r.headers) == (accept == "gzip" and len(r.content) >= 1024), (r.url, r.headers)
+        assert "vary" not in plain.get("/v2/health/live", headers=said).headers
+
+
 @pytest.fixture
 def handler(demo: Container) -> Any:
     from sluice.handlers import api

@@ -28,7 +28,7 @@ from starlette.routing import compile_path
 
 from sluice.api.bodies import BodyTooLarge, timed, too_large, upload_body
 from sluice.api.departures import CLIENT_GONE, CLIENT_LEFT, EVICTED, body_unless_evicted, leaving
-from sluice.api.encoding import accepts_gzip, behind_api_gateway, gzip_whole
+from sluice.api.encoding import behind_api_gateway, gzip_wanted, gzip_whole
 from sluice.api.errors import error_content, error_response
 from sluice.api.responses import JSONResponse, lambda_size_over
 from sluice.codecs.binary import HEADER, split_body
@@ -318,7 +318,7 @@ class Edge:
                     response = await route.handler(container, principal, parsed, scope, headers, **path)
                 finally:
                     gone.clear()
-            if accepts_gzip(scope):
+            if gzip_wanted(response, scope):
                 await gzip_whole(response)
             if behind_api_gateway(scope):
                 return _within_lambda(response, container.settings.limits.max_response_bytes, route.rows(parsed))

@@ -8,7 +8,11 @@ whole. Any other coding is a 415 naming the supported ones (with `Accept-Encodin
 
 Responses are gzipped when the client accepts gzip and the body is large enough to gain: the
 framework's by Starlette's `GZipMiddleware` (`gzipping`), the hot routes' (answered whole by
-the edge, here or from a Lambda event) by `gzip_whole`, to the same rules."""
+the edge, here or from a Lambda event) by `gzip_whole`, to the same rules. Every response
+whose coding those rules pick by `Accept-Encoding` says `Vary: Accept-Encoding`, gzipped or
+not (the client did not ask, or the body was too small), so that no cache hands one client's
+gzipped answer to another that cannot read it: the hot routes' as `gzip_wanted` decides,
+the framework's as `gzipping` sends them."""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from starlette.exceptions import HTTPException
 from sluice.domain.errors import BadRequest, SluiceError, UnsupportedEncoding
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from starlette.responses import Response
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -35,6 +39,7 @@ COMPRESS_LEVEL = 6
 THREAD_FROM = 128 * 1024
 ACCEPTED = ", ".join(SUPPORTED)
 _DROPPED = (b"content-encoding", b"content-length")  # the inflated body has neither
+VARY = (b"vary", b"Accept-Encoding")
 
 
 def behind_api_gateway(scope: Scope) -> bool:
@@ -260,18 +265,56 @@ def gzipping(app: ASGIApp) -> ASGIApp:
     from starlette.middleware.gzip import GZipMiddleware
 
     gzipped = GZipMiddleware(app, minimum_size=COMPRESS_FROM, compresslevel=COMPRESS_LEVEL)
+    excluded = frozenset(gzipped.exclude_content_types)
 
     async def choose(scope: Scope, receive: Receive, send: Send) -> None:
-        wanted = scope["type"] == "http" and accepts_gzip(scope) and not scope["path"].startswith("/v2")
-        await (gzipped if wanted else app)(scope, receive, send)
+        if scope["type"] != "http" or scope["path"].startswith("/v2"):
+            await app(scope, receive, send)
+            return
+        await (gzipped if accepts_gzip(scope) else app)(scope, receive, varying(send, excluded))
 
     return choose
 
 
+def varying(send: Send, excluded: frozenset[str]) -> Send:
+    """`send` with `Vary: Accept-Encoding` on a response the middleware gzips for a client
+    that asks, whatever it did for this one (`varies`)."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] != 206:
+            headers = message.get("headers") or []
+            if varies(headers, excluded):
+                message["headers"] = [*headers, VARY]
+        await send(message)
+
+    return sending
+
+
+def varies(headers: Iterable[tuple[bytes, bytes]], excluded: frozenset[str]) -> bool:
+    """Whether a response with `headers` lacks the `Vary: Accept-Encoding` its coding needs:
+    not one coded already, nor one of a type the middleware leaves as it is (`excluded`, an
+    image's), nor one that says it (the middleware did, having gzipped it)."""
+    media = ""
+    for name, value in headers:
+        if name == b"content-encoding" or (name == b"vary" and b"accept-encoding" in value.lower()):
+            return False
+        if name == b"content-type":
+            media = value.partition(b";")[0].strip().lower().decode("latin-1")
+    return media not in excluded and media.partition("/")[0] + "/*" not in excluded
+
+
+def gzip_wanted(response: Response, scope: Scope) -> bool:
+    """Whether a hot route's `response` (its body whole) is to be gzipped (`gzip_whole`): the
+    client accepts gzip and the body is `COMPRESS_FROM` bytes or more. It says `Vary:
+    Accept-Encoding` from here on, either way (hot routes set no `Vary` of their own)."""
+    response.raw_headers.append(VARY)
+    return len(response.body) >= COMPRESS_FROM and accepts_gzip(scope)
+
+
 async def gzip_whole(response: Response) -> None:
-    """`response` (its body whole: a hot route's) gzipped in place when it is `COMPRESS_FROM`
-    bytes or more and not encoded already, as `GZipMiddleware` would send it; a large body
-    compressed off the event loop, as the middleware does."""
+    """`response` (its body whole: a hot route's, `gzip_wanted`) gzipped in place when it is
+    `COMPRESS_FROM` bytes or more and not encoded already, as `GZipMiddleware` would send it;
+    a large body compressed off the event loop, as the middleware does."""
     headers = response.headers
     size = len(response.body)
     if size < COMPRESS_FROM or "content-encoding" in headers:
@@ -284,4 +327,3 @@ async def gzip_whole(response: Response) -> None:
         response.body = await asyncio.to_thread(gzip.compress, bytes(response.body), COMPRESS_LEVEL, mtime=0)
     headers["content-length"] = str(len(response.body))
     headers["content-encoding"] = "gzip"
-    headers.add_vary_header("Accept-Encoding")
