@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import MODELS
-from tests.integration.conftest import auth
+from tests.integration.conftest import app_for, auth
 
 SETOSA = {"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}
 VIRGINICA = [6.7, 3.0, 5.2, 2.3]
@@ -185,3 +185,27 @@ def test_outputs_that_are_not_one_value_per_row_are_given_whole_to_every_row(cli
     for i, answer in enumerate(answers):
         assert answer["y"] == pytest.approx((x[i] + BIAS).tolist())
         assert answer["bias"] == BIAS.tolist() and answer["mean"] == pytest.approx(float(x.mean()))
+
+
+def test_a_model_that_fails_to_load_leaves_nothing_behind_and_loads_once_it_can(demo: Any, keys: dict[str, str], acme: Any) -> None:
+    """A session whose load failed (its artifact no longer what was pushed: a 502) leaves no
+    entry or lock of its own in the session cache; the next request loads it afresh, and
+    answers once the artifact is whole again."""
+    good = (MODELS / "iris.onnx").read_bytes()
+    version = demo.models.push(acme, "flaky", good)
+    demo.deployments.create(acme, "flaky", {"kind": "single", "model": "flaky", "version": version.version})
+    stored = [p for p in (demo.settings.home_path / "artifacts").rglob("*.onnx") if p.read_bytes() == good]
+    cache = demo.runtimes["onnx"].cache
+    client = TestClient(app_for(demo))
+    body = {"deployment": "flaky", "features": SETOSA}
+    for path in stored:
+        path.write_bytes(b"not a model")
+    for _ in range(2):
+        r = client.post("/api/v1/predictions", json=body, headers=auth(keys["acme"]))
+        assert r.status_code == 502, r.text
+        assert cache._loading == {}, cache._loading
+    for path in stored:
+        path.write_bytes(good)
+    r = client.post("/api/v1/predictions", json=body, headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+    assert cache._loading == {}

@@ -177,7 +177,15 @@ class SessionCache:
             entry = self.peek(key)
             if entry is not None:
                 return entry, False
-            entry = load()
+            try:
+                entry = load()
+            except BaseException:
+                # A failed load leaves nothing behind: the next call loads afresh. A caller
+                # already waiting on this lock loads in turn under it.
+                with self._lock:
+                    if self._loading.get(key) is key_lock:
+                        del self._loading[key]
+                raise
             with self._lock:
                 self.misses += 1
                 self._entries[key] = entry
