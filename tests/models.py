@@ -240,3 +240,22 @@ def with_constants_model() -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
+
+
+def one_hot_model() -> bytes:
+    """A scikit-learn pipeline converted to ONNX: `color` (a string, one-hot encoded, unknown
+    categories refused, as `handle_unknown="error"` does) beside `size` (a float, scaled), then
+    a logistic regression. Two inputs, so that the one a failure comes from can be named."""
+    import pandas as pd
+    from skl2onnx import convert_sklearn
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    frame = pd.DataFrame({"color": ["red", "green", "blue", "red"], "size": [1.0, 2.0, 3.0, 4.0]})
+    columns = ColumnTransformer([("color", OneHotEncoder(handle_unknown="error"), ["color"]), ("size", StandardScaler(), ["size"])])
+    pipeline = Pipeline([("features", columns), ("model", LogisticRegression())]).fit(frame, [0, 1, 1, 0])
+    types = [("color", StringTensorType([None, 1])), ("size", FloatTensorType([None, 1]))]
+    return convert_sklearn(pipeline, initial_types=types, target_opset={"": 17, "ai.onnx.ml": 3}, options={id(pipeline): {"zipmap": False}}).SerializeToString()

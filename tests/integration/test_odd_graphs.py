@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import auth
-from tests.models import embed_model, relu_model, score_model
+from tests.models import embed_model, one_hot_model, relu_model, score_model
 from tests.support import single
 
 if TYPE_CHECKING:
@@ -235,3 +235,22 @@ def test_a_scalar_input_takes_a_switch_by_header_and_is_refused_by_one_that_read
     assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [0.0] and r.json()["parameters"]["case"] == "a", r.text
     r = client.post("/v2/models/value/infer", json=body, headers=auth(keys["acme"]))
     assert r.status_code == 400 and r.json()["field"] == "inputs.x" and "scalar" in r.json()["error"], r.text
+
+
+def test_a_category_the_one_hot_encoder_never_saw_is_a_400_naming_its_input(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str]) -> None:
+    """A scikit-learn pipeline whose OneHotEncoder refuses unknown categories, asked with one it
+    never saw: the caller's value, so a 400 naming the input it came in (never a 502, the
+    model's failure); the request with a known category answers."""
+    version = demo.models.push(acme, "colors", one_hot_model())
+    demo.deployments.create(acme, "colors", {"kind": "single", "model": "colors", "version": version.version})
+
+    def asked(color: str) -> Any:
+        inputs = [{"name": "color", "datatype": "BYTES", "shape": [1, 1], "data": [color]}, {"name": "size", "datatype": "FP32", "shape": [1, 1], "data": [2.0]}]
+        return client.post("/v2/models/colors/infer", json={"inputs": inputs}, headers=auth(keys["acme"]))
+
+    assert asked("red").status_code == 200
+    r = asked("purple")
+    assert r.status_code == 400, r.text
+    assert r.json()["field"] == "inputs.color" and "category" in r.json()["error"], r.json()
+    simple = client.post("/api/v1/predictions", json={"deployment": "colors", "features": {"color": "purple", "size": 2.0}}, headers=auth(keys["acme"]))
+    assert simple.status_code == 400 and simple.json()["field"] == "inputs.color", simple.text

@@ -24,6 +24,7 @@ from sluice.domain.errors import (
 )
 from sluice.domain.results import InferenceResult
 from sluice.owner_only import no_external_data
+from sluice.runtimes.onnx_categories import encoder_inputs, unknown_category
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -97,6 +98,9 @@ class _Entry:
     # no call yet). A model slow at any size (its cost fixed, or set by its inputs' values) never
     # runs on the event loop, where it would hold every other request of the worker.
     ns_per_call: float | None = None
+    # Its OneHotEncoder nodes by name, with the graph inputs each reads from: read from the
+    # model's bytes on the first call one of them refuses a category (`onnx_categories`).
+    encoders: dict[str, tuple[str, ...]] | None = None
 
     def timed(self, ns: int, elements: int) -> None:
         known_call = self.ns_per_call
@@ -290,7 +294,8 @@ class OnnxRuntime:
         try:
             raw = entry.session.run(names, inputs)
         except Exception as exc:
-            raise _runtime_error(exc) from None
+            node = unknown_category(exc)
+            raise (_runtime_error(exc) if node is None else self._unknown_category(node, version, entry)) from None
         entry.timed(perf_counter_ns() - started, elements)
         result = InferenceResult({}, loaded=loaded)
         for name, value in zip(names, raw, strict=True):
@@ -300,6 +305,24 @@ class OnnxRuntime:
                 result.classes[name] = labels
                 result.maps[name] = value
         return result
+
+    def _unknown_category(self, node: str, version: ModelVersion, entry: _Entry) -> InvalidInput:
+        """A category the model's one-hot encoder `node` never saw: the caller's value, a 400
+        naming the input it came in where one alone feeds the encoder."""
+        if entry.encoders is None:
+            try:
+                data = self.store.get(version.artifact_uri, sha256=version.sha256)
+            except Exception:  # unread: the answer names no input rather than failing
+                log.warning("model bytes unread to name an input", exc_info=True)
+                data = b""
+            entry.encoders = encoder_inputs(data)
+        fed = entry.encoders.get(node) or tuple(i.name for i in entry.session.get_inputs())
+        if len(fed) == 1:
+            return InvalidInput(
+                f"input '{fed[0]}' holds a category the model never saw in training (its one-hot encoder takes none other)",
+                field=f"inputs.{fed[0]}",
+            )
+        return InvalidInput("an input holds a category the model never saw in training (its one-hot encoder takes none other)", field="inputs")
 
     async def load(self, version: ModelVersion) -> None:
         if version.sha256 not in self.cache:
