@@ -239,8 +239,19 @@ def test_a_scalar_input_is_one_row_on_every_door_that_counts_rows(scalar: Contai
 
 def test_simple_json_inputs_with_no_row_say_so(client: TestClient, keys: dict[str, str]) -> None:
     """`inputs: []` is no row at all: it read as one row of no values ("got [1, 0]", a shape
-    the caller never sent). A row of no values is that, said as such."""
+    the caller never sent). A row of no values is an empty input (below)."""
     empty = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": []}, headers=auth(keys["acme"]))
     assert (empty.status_code, empty.json()["field"]) == (400, "inputs") and "[1, 0]" not in empty.text, empty.text
-    no_values = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": [[]]}, headers=auth(keys["acme"]))
-    assert no_values.status_code == 400 and "got [1, 0]" in no_values.text, no_values.text
+
+
+@pytest.mark.parametrize(
+    ("inputs", "field"),
+    [([[]], "inputs"), ({"input": [[]]}, "inputs.input"), ({"input": [[], []]}, "inputs.input"), ({"input": []}, "inputs.input")],
+    ids=["row", "named-row", "named-rows", "named-none"],
+)
+def test_rows_of_no_values_are_refused_as_empty_naming_where_they_came(client: TestClient, keys: dict[str, str], inputs: Any, field: str) -> None:
+    """`[[]]` is an empty input, said so where the rows came: never a shape the caller never
+    sent (`got [1, 0]`) under a field it has none of (`inputs.input.shape`)."""
+    r = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": inputs}, headers=auth(keys["acme"]))
+    assert r.status_code == 400, r.text
+    assert r.json()["field"] == field and "is empty" in r.json()["error"] and "[1, 0]" not in r.json()["error"], r.json()

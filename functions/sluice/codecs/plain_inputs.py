@@ -25,27 +25,42 @@ ALIKE_ROWS = 8  # from this many rows of objects, a column at a time (`_columns_
 
 def _row_array(spec: TensorSpec, rows: list[Any], *, field: str, bools: bool = True) -> np.ndarray:
     """`bools`: whether the JSON may hold true/false at all (False: the body was seen to hold
-    none, so the values need not be looked at one by one for them)."""
+    none, so the values need not be looked at one by one for them). Rows of no values (`[[]]`,
+    `[]`) for an input that takes some are refused as empty (`_empty`)."""
     if not bools:
         try:
             array = np.asarray(rows, dtype=object if spec.datatype == "BYTES" else None)
         except (ValueError, TypeError):
             raise InvalidInput(f"rows of input '{spec.name}' are ragged or not numbers", field=field) from None
-        return _whole(spec, rows, array)
-    if spec.datatype in FLOAT_TYPES and type(rows) is list and _all_floats(rows):
+        array = _whole(spec, rows, array)
+    elif spec.datatype in FLOAT_TYPES and type(rows) is list and _all_floats(rows):
         # Floats only, for a float input: read straight into its dtype (the same values as
         # reading them as float64 and casting), with no float64 copy on the way.
         try:
-            return np.asarray(rows, dtype=V2_TO_NUMPY[spec.datatype])
+            array = np.asarray(rows, dtype=V2_TO_NUMPY[spec.datatype])
         except (ValueError, TypeError):
             raise InvalidInput(f"rows of input '{spec.name}' are ragged or not numbers", field=field) from None
-    if spec.datatype not in ("BOOL", "BYTES") and holds_bool(rows):
-        raise InvalidInput(f"rows of input '{spec.name}' hold true/false, which are not {spec.datatype} values", field=field)
-    try:
-        array = np.asarray(rows, dtype=object if spec.datatype == "BYTES" else None)
-    except (ValueError, TypeError):
-        raise InvalidInput(f"rows of input '{spec.name}' are ragged or not numbers", field=field) from None
-    return _whole(spec, rows, array)
+    else:
+        if spec.datatype not in ("BOOL", "BYTES") and holds_bool(rows):
+            raise InvalidInput(f"rows of input '{spec.name}' hold true/false, which are not {spec.datatype} values", field=field)
+        try:
+            array = np.asarray(rows, dtype=object if spec.datatype == "BYTES" else None)
+        except (ValueError, TypeError):
+            raise InvalidInput(f"rows of input '{spec.name}' are ragged or not numbers", field=field) from None
+        array = _whole(spec, rows, array)
+    if not array.size:
+        _empty(spec, field)
+    return array
+
+
+def _empty(spec: TensorSpec, field: str) -> None:
+    """Refuses rows of no values for an input whose rows hold some (a size its shape fixes): said
+    as empty, naming the field the rows came in, rather than by a shape the caller never sent
+    (`[[]]` reads as [1, 0]). An input whose every size is open may take them."""
+    fixed = [size for size in spec.shape[1:] if size != -1]
+    if fixed and 0 not in fixed:
+        per_row = int(np.prod(fixed))
+        raise InvalidInput(f"input '{spec.name}' is empty: its rows hold no values, and it takes {per_row} a row", field=field)
 
 
 def _whole(spec: TensorSpec, rows: Any, array: np.ndarray) -> np.ndarray:
