@@ -132,7 +132,7 @@ class RecordReader:
                     body = _body(raw)  # raises, saying why
                 if type(body) is not dict:
                     raise BadRequest(NOT_AN_OBJECT, field="body")
-                rid = body.get("id")
+                rid = given_id(body)
                 if not valid_id(rid):
                     raise BadRequest(BAD_ID, field="id")
                 features = body.get("features")
@@ -147,7 +147,7 @@ class RecordReader:
                         continue
                     except KeyError:
                         pass  # the full decode names the missing feature
-                full.append(self._item(index, raw, body, signature, allowed, fields))
+                full.append(self._item(index, rid, raw, body, signature, allowed, fields))
             except SluiceError as exc:
                 outcomes[index].output = self._refused(record, record_id(record.body), exc, dep)
             except SHORT_OF:
@@ -158,7 +158,7 @@ class RecordReader:
         return _layouts(hot, stacked, full)
 
     def _item(
-        self, index: int, raw: bytes | str, body: dict[str, Any], signature: Signature, allowed: frozenset[str] | set[str], fields: tuple[str, ...]
+        self, index: int, rid: Any, raw: bytes | str, body: dict[str, Any], signature: Signature, allowed: frozenset[str] | set[str], fields: tuple[str, ...]
     ) -> _Item:
         extra = body.keys() - allowed
         if extra:
@@ -188,7 +188,7 @@ class RecordReader:
         # fails in it (a list nested 1,000 deep) is this record's error, not the batch's.
         if variant is not None and type(variant) is not str:
             variant = str(variant)
-        return _Item((index, body.get("id"), rows, "batch" in body or rows != 1, arrays, variant, key))
+        return _Item((index, rid, rows, "batch" in body or rows != 1, arrays, variant, key))
 
     def _stack_hot(
         self, signature: Signature, hot: list[tuple[int, Any, tuple[Any, ...]]], full: list[_Item],
@@ -310,6 +310,13 @@ def _body(raw: bytes | str) -> dict[str, Any]:
     return body
 
 
+def given_id(body: dict[str, Any]) -> Any:
+    """A record's `id` as it gave it; an empty string is no id (its output's `id` is null), as
+    the API takes an empty `request_id` (or v2 `id`) for none."""
+    rid = body.get("id")
+    return None if rid == "" else rid
+
+
 def valid_id(value: Any) -> bool:
     """Whether `value` may be a record's `id`, which its output carries back as given: none, a
     string of at most `ID_CHARS` characters, or an integer within 64 bits (JSON readers and
@@ -325,11 +332,11 @@ def record_id(raw: bytes | str) -> Any:
     except orjson.JSONDecodeError:
         try:  # JSON orjson will not read (a number past a double, NaN, deeper than it goes) may still say its id
             body = json.loads(raw)
-            rid = body.get("id") if isinstance(body, dict) else None
+            rid = given_id(body) if isinstance(body, dict) else None
             orjson.dumps(rid)  # one the output can carry: not a lone surrogate, nor a whole number past 64 bits
         except (ValueError, RecursionError, TypeError):
             return None
-    rid = body.get("id") if isinstance(body, dict) else None
+    rid = given_id(body) if isinstance(body, dict) else None
     return rid if valid_id(rid) else None
 
 

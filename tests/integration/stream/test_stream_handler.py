@@ -763,7 +763,7 @@ def test_a_record_whose_id_cannot_come_back_as_given_fails_alone(aws: None, bind
     past 64 bits (it would come back rounded), a float, a list, true, 129 characters: each
     record is an error naming `id`; the rest of the batch is scored, ids at the limits kept."""
     refused = ["[" * 300 + "]" * 300, str(2**64), "1.5", "[1]", "true", json.dumps("x" * 129)]
-    kept = [json.dumps("x" * 128), str(2**64 - 1), str(-(2**63)), '""']
+    kept = [json.dumps("x" * 128), str(2**64 - 1), str(-(2**63))]
     bodies = [f'{{"id": {rid}, "features": {IRIS}}}' for rid in [*refused, *kept]]
     if destination == "sqs":
         sqs, url = _queue("scores")
@@ -781,6 +781,19 @@ def test_a_record_whose_id_cannot_come_back_as_given_fails_alone(aws: None, bind
     assert all("prediction" in o for o in out[len(refused) :])
 
 
+def test_an_empty_id_is_no_id_as_the_apis_empty_request_id(aws: None, bind: Bind) -> None:
+    """`"id": ""` is none (the output's `id` is null, as a record that gives none), as the API
+    takes an empty `request_id`: never echoed as an id nobody can tell from another; an error
+    record of the same too."""
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    bodies = [f'{{"id": "", "features": {IRIS}}}', '{"id": "", "inputs": [[5.1, 3.5, 1.4, 0.2]]}', '{"id": "", "features": {"x": 1}}', f'{{"id": 0, "features": {IRIS}}}']
+    assert handle(kinesis_event(bodies)) == {"batchItemFailures": []}
+    out = sorted(_drain(sqs, url), key=lambda o: o["source"]["sequence_number"])
+    assert [o["id"] for o in out] == [None, None, None, 0]
+    assert ["prediction" in o for o in out] == [True, True, False, True]
+
+
 DEEP = object()  # a list nested hundreds deep: JSON the reader takes and the writer cannot write
 
 
@@ -796,6 +809,11 @@ def _ids() -> Any:
 def _kept(value: Any) -> bool:
     """docs/streaming.md: an id is a string of at most 128 characters or an integer within 64 bits."""
     return value is None or (isinstance(value, str) and len(value) <= 128) or (type(value) is int and -(2**63) <= value < 2**64)
+
+
+def _echoed(value: Any) -> Any:
+    """The id a kept one comes back as: an empty string is none."""
+    return None if value == "" else value
 
 
 def test_every_id_comes_back_as_given_or_its_record_fails_naming_it(bind: Bind, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -821,7 +839,7 @@ def test_every_id_comes_back_as_given_or_its_record_fails_naming_it(bind: Bind, 
         assert len(out) == len(ids)
         for (text, value), o in zip(ids, out, strict=True):
             if value is not DEEP and _kept(value):
-                assert o.get("prediction") == "setosa" and type(o["id"]) is type(value) and o["id"] == value, (text, o)
+                assert o.get("prediction") == "setosa" and type(o["id"]) is type(_echoed(value)) and o["id"] == _echoed(value), (text, o)
             else:
                 assert "prediction" not in o and (o["id"], o["field"]) == (None, "id"), (text, o)
 
