@@ -72,9 +72,22 @@ class Autoscaling:
         }
 
 
+MAX_INSTANCES = 100  # instances of a variant: at creation, and the autoscaling range's either end
+
+
+def check_instances(name: str, value: int, error: type[SluiceError] = BadRequest) -> None:
+    """A count of instances (`name`: an end of the autoscaling range, the instances wanted now)
+    within what one variant may have, as `instance_count` is: refused naming it otherwise."""
+    if value > MAX_INSTANCES:
+        raise error(f"{name} is at most {MAX_INSTANCES}, as instance_count is", field=name)
+
+
 def check_capacity(low: int, high: int, target: float | None = None) -> None:
+    """A real-time variant's autoscaling range (and target), as every deploy and scale gives it."""
     if low < 1:
         raise BadRequest(f"min_instances must be at least 1: {SCALE_TO_ZERO}", field="min_instances")
+    check_instances("min_instances", low)
+    check_instances("max_instances", high)
     if high < low:
         raise BadRequest(f"min_instances ({low}) is above max_instances ({high})", field="min_instances")
     if target is not None and not target > 0:

@@ -18,6 +18,7 @@ from sluice.endpoints.control import (
     Autoscaling,
     Capacity,
     ComponentSpec,
+    check_instances,
 )
 
 if TYPE_CHECKING:
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from sluice.storage.results import ResultStore
 
 DEFAULT_TARGET_INVOCATIONS = 100.0
-MAX_INSTANCES = 100
 # The CDK app's defaults (infra/config.py: AsyncInference, InferenceComponents), kept alike.
 DEFAULT_BACKLOG_PER_INSTANCE = 5.0
 DEFAULT_MAX_CONCURRENT_INVOCATIONS = 4
@@ -123,8 +123,8 @@ def instances(request: DeployRequest) -> tuple[int, int]:
     endpoint of components: 0 and the instance count unless given."""
     low = 0 if request.min_instances is None else request.min_instances
     high = max(request.instance_count, low, 1) if request.max_instances is None else request.max_instances
-    if high > MAX_INSTANCES:
-        raise Unprocessable(f"max_instances is at most {MAX_INSTANCES}", field="max_instances")
+    check_instances("min_instances", low, Unprocessable)
+    check_instances("max_instances", high, Unprocessable)
     if low > high:
         raise Unprocessable(f"min_instances ({low}) is above max_instances ({high})", field="min_instances")
     if not low <= request.instance_count <= high:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.domain.errors import BadRequest, Conflict, NotFound, Unprocessable
 from sluice.domain.policy import MAX_WEIGHT, Single, Split, parse_policy, policy_dict
 from sluice.endpoints.control import (
+    MAX_INSTANCES,
     MAX_VARIANTS,
     SCALE_TO_ZERO,
     Autoscaling,
@@ -34,13 +35,13 @@ from sluice.endpoints.control import (
     EndpointState,
     VariantChanges,
     check_capacity,
+    check_instances,
 )
 from sluice.endpoints.image_uris import check_instance_type
 from sluice.endpoints.names import endpoint_name, variant_name
 from sluice.services.endpoint_binding import SINGLE_VARIANT, Binder
 from sluice.services.endpoint_requests import (
     DEFAULT_TARGET_INVOCATIONS,
-    MAX_INSTANCES,
     DeployRequest,
     ScaleRequest,
     async_spec,
@@ -207,6 +208,10 @@ class EndpointService:
             value = getattr(request, key)
             if value is not None and value < 1:
                 raise BadRequest(f"{key} must be at least 1: {SCALE_TO_ZERO}", field=key)
+        for key in ("min_instances", "max_instances", "desired_instances"):
+            value = getattr(request, key)
+            if value is not None:
+                check_instances(key, value)
         if request.min_instances is not None and request.max_instances is not None:
             check_capacity(request.min_instances, request.max_instances)
         state = self._state(principal, dep)

@@ -293,6 +293,8 @@ BAD = [
     ({"mode": "async", "error_topic": f"arn:aws:sns:{REGION}:{ACCOUNT}:sluice-alarms"}, "error_topic", "sluice's own"),
     ({"mode": "async", "min_instances": 3, "max_instances": 2}, "min_instances", "above max_instances"),
     ({"mode": "async", "instance_count": 3, "max_instances": 2}, "instance_count", "between"),
+    ({"mode": "async", "max_instances": 10**9}, "max_instances", "at most 100"),
+    ({"mode": "components", "min_instances": 101}, "min_instances", "at most 100"),
     ({"mode": "components", "copies": 5, "max_copies": 2}, "copies", "between min_copies"),
     ({"mode": "components", "copies": {"purple": 1}}, "copies.purple", "no variant 'purple'"),
     ({"mode": "components", "min_copies": 3, "max_copies": 2}, "min_copies", "min_copies"),

@@ -380,6 +380,11 @@ BAD_DEPLOYS = [
     ({"instance_type": "ml.g4dn.xlarge", "instance_count": 5, "max_instances": 2}, 400, "instance_count", "between"),
     ({"instance_type": "ml.g4dn.xlarge", "triton_version": "19.01"}, 400, "triton_version", "unknown SageMaker Triton version"),
     ({"instance_type": "ml.g4dn.xlarge", "instance_count": 0}, 422, "instance_count", ""),
+    ({"instance_type": "ml.g4dn.xlarge", "instance_count": 101}, 400, "instance_count", "between 1 and 100"),
+    # the autoscaling ceiling is held to the same bound as the count it scales
+    ({"instance_type": "ml.g4dn.xlarge", "max_instances": 101}, 400, "max_instances", "at most 100"),
+    ({"instance_type": "ml.g4dn.xlarge", "max_instances": 10**9}, 400, "max_instances", "at most 100"),
+    ({"instance_type": "ml.g4dn.xlarge", "min_instances": 101}, 400, "min_instances", "at most 100"),
     ({"instance_type": "ml.g4dn.xlarge", "max_batch_size": 2**31}, 422, "max_batch_size", "2147483647"),  # Triton's int32
     ({"instance_type": "ml.g4dn.xlarge", "colour": "red"}, 422, "colour", ""),
 ]
@@ -391,6 +396,9 @@ BAD_SCALES = [
     ({"min_instances": 0, "max_instances": 2}, "min_instances", "inference components"),
     ({"desired_instances": 0}, "desired_instances", "inference components"),
     ({"desired_instances": 9}, "desired_instances", "outside variant 'blue''s autoscaling range 1-2"),
+    ({"max_instances": 10**9}, "max_instances", "at most 100"),
+    ({"min_instances": 1, "max_instances": 101}, "max_instances", "at most 100"),
+    ({"desired_instances": 10**9}, "desired_instances", "at most 100"),
     ({"max_instances": 5, "variant": "purple"}, "variant", "no variant 'purple'"),
     ({}, "body", "give min_instances"),
 ]
