@@ -266,3 +266,24 @@ def test_a_split_variant_may_not_be_named_as_monitoring_names_unsplit_traffic(cl
     assert r.status_code == 422 and r.json()["field"] == "policy.default.variants.1.name", r.text  # a switch's split: counted unprefixed
     nested = {"kind": "split", "variants": [{"name": "outer", "weight": 1, "target": split}]}  # counted as outer/default: no clash
     assert client.post("/api/v1/deployments", json={"name": "split", "policy": nested}, headers=auth(keys["acme"])).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("window", "field", "words"),
+    [
+        ({"since": "40d"}, "capture.since", "at most 31 days"),
+        ({"since": "2026-01-01T00:00:00Z", "until": "2026-03-01T00:00:00Z"}, "capture.since", "at most 31 days"),
+        ({"since": "1h", "until": "2h"}, "capture.until", "after since"),
+        ({"since": "yesterday-ish"}, "capture.since", ""),
+    ],
+    ids=["over-31-days-ago", "over-31-days-long", "until-first", "not-a-time"],
+)
+def test_a_capture_window_out_of_bounds_is_a_422_naming_its_end_as_every_bound_of_it_is(
+    client: TestClient, keys: dict[str, str], window: dict[str, str], field: str, words: str
+) -> None:
+    """A baseline's capture window past 31 days, or ending before it starts, is refused as a time
+    that does not read is, and as a replay's window is: a 422 naming `capture.since` or
+    `capture.until` (it was a 400 beside the 422 of the same request's other bounds)."""
+    r = client.put("/api/v1/deployments/iris/baseline", json={"capture": window}, headers=auth(keys["acme"]))
+    assert (r.status_code, r.json()["field"]) == (422, field), r.text
+    assert words in r.json()["error"], r.text

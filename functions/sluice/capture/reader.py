@@ -24,19 +24,17 @@ if TYPE_CHECKING:
 MAX_WINDOW_S = 31 * 86400  # a read of capture (a replay, a baseline) covers at most 31 days
 
 
-def capture_window(
-    since: Any, until: Any, *, now: float, what: str, field: str = "", error: type[SluiceError] | None = None
-) -> tuple[float, float]:
+def capture_window(since: Any, until: Any, *, now: float, what: str, field: str = "") -> tuple[float, float]:
     """The (start, end) of the capture `what` reads: `since` and `until` as
     `sluice.domain.values.parse_time` reads them, a duration ago included (`2h`); `until` None
-    is `now`. `until` before `since`, or more than `MAX_WINDOW_S` after it: `error` (by default
-    a 422) naming `field` + `since` or `until`."""
-    refused = error or InvalidRequest
+    is `now`. A time that does not read, `until` before `since`, or more than `MAX_WINDOW_S`
+    after it: a 422 naming `field` + `since` or `until`, whichever reads it (a replay, a
+    baseline)."""
     start = parse_time(since, field=f"{field}since", now=now)
     end = now if until is None else parse_time(until, field=f"{field}until", now=now)
-    check_order(start, end, field=f"{field}until", error=refused)
+    check_order(start, end, field=f"{field}until")
     if end - start > MAX_WINDOW_S:
-        raise refused(f"{what} reads at most 31 days of capture", field=f"{field}since")
+        raise InvalidRequest(f"{what} reads at most 31 days of capture", field=f"{field}since")
     return start, end
 
 

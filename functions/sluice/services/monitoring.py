@@ -76,7 +76,7 @@ class MonitorService:
 
         principal.require("admin")
         self.registry.get_deployment(principal.tenant, name)  # another tenant's, or none: not found
-        start, end = capture_window(since, until, now=now(), what="a baseline", field="capture.", error=InvalidInput)
+        start, end = capture_window(since, until, now=now(), what="a baseline", field="capture.")
         profile, counts = self._captured(principal.tenant, name, start, end, outputs=outputs)
         if not profile.rows:
             raise InvalidInput(f"no captured request of '{name}' from {isoformat(start)} to {isoformat(end)} could be read", field="capture")
