@@ -348,8 +348,10 @@ def test_a_step_still_running_at_the_requests_deadline_fails_the_request_naming_
         (chain("../globex/secret:read"), "policy.steps.0.target.function", "Lambda function ARN"),
         (json.loads(json.dumps(chain("features:embed")).replace('"FP32", "shape": [-1, 2]', '"FP64", "shape": [-1, 2]')), "policy.steps.1", "it is FP64"),
         ({"kind": "sequence", "steps": [chain("features:embed")["steps"][0], {**chain("features:embed")["steps"][0], "name": "again"}]}, "policy.steps", "at least one model"),
+        (chain("features:embedd"), "policy.steps.0.target.function", "module 'features' defines no function 'embedd'"),  # a typo: a 502 on every call
+        (chain("features:__loader__"), "policy.steps.0.target.function", "one of Python's own names"),
     ],
-    ids=["another-tenants-arn", "another-tenants-module", "link-out-of-the-folder", "not-a-target", "signature", "no-model"],
+    ids=["another-tenants-arn", "another-tenants-module", "link-out-of-the-folder", "not-a-target", "signature", "no-model", "no-such-callable", "dunder"],
 )
 def test_a_function_step_its_tenant_may_not_run_or_that_does_not_fit_is_refused_when_saved(
     world: World, policy: dict[str, Any], field: str, words: str

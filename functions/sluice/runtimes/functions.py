@@ -89,6 +89,29 @@ class FunctionSteps:
             return "module functions are off here: the operator names a folder of them (SLUICE_FUNCTIONS_DIR)"
         return None if self._module_path(node, tenant) is not None else f"there is no module '{node.function.partition(':')[0]}' in the functions folder"
 
+    def unknown_callable(self, node: Function, tenant: str) -> str | None:
+        """Why a module step's callable is none its module defines, where its source tells
+        without running it (`defined_at_top`); None where it may be one. Asked where a policy
+        is saved (a step naming no function was saved, and failed with a 502 on every call):
+        the module's file may change later, so each call looks again (`_run_module`)."""
+        if node.on_lambda:
+            return None
+        path = self._module_path(node, tenant)
+        module, _, name = node.function.partition(":")
+        if name.startswith("__") and name.endswith("__"):
+            return f"'{name}' is one of Python's own names, not a function of module '{module}'"
+        if path is None:
+            return None
+        try:
+            if path.stat().st_size > MAX_SOURCE_BYTES:
+                return None
+            defined = defined_at_top(path.read_bytes())
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            return None  # a file that cannot be read or parsed: its load says so, with the module's own error
+        if defined is None or name in defined:
+            return None
+        return f"module '{module}' defines no function '{name}' (a def, a class or a name assigned or imported at its top level)"
+
     def _module_path(self, node: Function, tenant: str) -> Path | None:
         """The module's file, inside the tenant's functions folder; None where it is not one."""
         folder = Path(self.settings.functions_dir.replace("{tenant}", tenant)).expanduser().resolve()
@@ -176,7 +199,12 @@ class FunctionSteps:
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
-            spec.loader.exec_module(module)
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:  # a module that fails to load is not left half made in sys.modules
+                if sys.modules.get(name) is module:
+                    del sys.modules[name]
+                raise
             self._loaded[where] = (mtime, module)
         return module
 
@@ -209,6 +237,47 @@ class FunctionSteps:
         # bytes, and the event loop serves every tenant.
         decode = functools.partial(decode_answer, raw, what=f"function {node.function}", rows=rows_of(arrays))
         return await asyncio.get_running_loop().run_in_executor(self._pool(tenant), decode)
+
+
+MAX_SOURCE_BYTES = 4 * 1024 * 1024  # a module's source read for the names it defines at save, at most
+
+
+def defined_at_top(source: bytes) -> frozenset[str] | None:
+    """The names a module's source may bind at its top level (functions, classes, names
+    assigned or imported, in any branch of its statements: more rather than fewer), read with
+    `ast` and never run; None where a name may come from elsewhere too (`from x import *`, a
+    module `__getattr__`, a `global` statement, or `globals()`, `vars()`, `setattr`, `exec`,
+    `eval` or `__import__` anywhere in it)."""
+    import ast
+
+    tree = ast.parse(source)
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global) or (isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)):
+            return None
+        if (isinstance(node, ast.Name) and node.id in _DYNAMIC) or (isinstance(node, ast.Attribute) and node.attr in ("modules", "__dict__")):
+            return None  # `sys.modules[__name__].f = ...`, `module.__dict__[...]`
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(stmt.name)
+            continue
+        for node in ast.walk(stmt):  # an assignment, an import, or a block holding them
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names.update(a.asname or a.name.partition(".")[0] for a in node.names)
+            elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+                names.add(node.name)
+            elif isinstance(node, ast.MatchMapping) and node.rest:
+                names.add(node.rest)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                names.add(node.name)
+    return None if "__getattr__" in names else frozenset(names)
+
+
+_DYNAMIC = frozenset({"globals", "vars", "setattr", "exec", "eval", "__import__"})
 
 
 def _mapped(exc: Exception, arn: str) -> SluiceError:

@@ -149,6 +149,8 @@ class PolicyChecks:
         for field, child in fields_of(node):
             if isinstance(child, Function):
                 refused = "function steps are not served here" if self.functions is None else self.functions.refusal(child, tenant)
+                if refused is None and self.functions is not None:
+                    refused = self.functions.unknown_callable(child, tenant)
                 if refused is not None:
                     raise Unprocessable(refused, field=f"{field}.function")
             elif isinstance(child, Lookup):
