@@ -124,3 +124,29 @@ def test_a_fifo_group_is_never_written_out_of_order_when_sqs_refuses_one_of_its_
     assert failed == {0, 2, 4}
     assert [json.loads(e["MessageBody"])["id"] for e in client.entries] == ["tx-1", "tx-3", "tx-5"]
     assert client.calls == 3  # one message of a group in each call: [a, b], [a, c], [a, b]
+
+
+class Bounded(Recorded):
+    """SendMessageBatch as SQS bounds it: a call whose messages' text passes 256 KiB in all is
+    refused whole (BatchRequestTooLong), for good."""
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        if sum(len(e["MessageBody"].encode()) for e in Entries) > 256 * 1024:
+            raise RuntimeError("BatchRequestTooLong")
+        return super().send_message_batch(QueueUrl, Entries)
+
+
+@pytest.mark.parametrize("queue", [FIFO, FIFO.removesuffix(".fifo")])
+def test_an_sqs_message_is_measured_as_sqs_takes_it_with_its_not_characters_escaped(queue: str) -> None:
+    """U+FFFE and U+FFFF go to SQS escaped (3 bytes each in UTF-8, 6 escaped): an output under
+    256 KiB raw that passes it once escaped is an error output saying so, written, where it was
+    refused whole at every try (its record never written, the records of its call retried with it)."""
+    records = [_record(n) for n in range(3)]
+    wide = "\ufffe" * 60_000  # 180,000 bytes raw, 360,000 escaped
+    outputs = [(0, _output(0)), (1, _output(1, wide)), (2, _output(2, "\uffff" * 30_000))]  # the last: 90,000 and 180,000
+    client = Bounded()
+    assert SqsSink(client, queue).write(records, outputs) == set()
+    out = {json.loads(e["MessageBody"])["id"]: json.loads(e["MessageBody"]) for e in client.entries}
+    assert set(out) == {"tx-0", "tx-1", "tx-2"}
+    assert out["tx-1"]["code"] == "payload_too_large" and "prediction" not in out["tx-1"], out["tx-1"]
+    assert out["tx-2"]["prediction"] == "\uffff" * 30_000 and out["tx-0"]["prediction"] == "setosa"

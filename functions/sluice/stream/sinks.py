@@ -26,7 +26,7 @@ from orjson import JSONEncodeError
 from sluice.stream.reading import valid_id
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from typing import BinaryIO
 
     from sluice.clients import AwsClients
@@ -138,7 +138,7 @@ class SqsSink:
         entry SQS refuses for now while a later one of its group in the same call is taken would
         put them out of order for good (sent again, the refused one lands after it, and the later
         one, sent again too, is dropped as a duplicate), so each call waits for the one before."""
-        for part in _calls(records, outputs, self.COUNT, self.TOTAL, self.ITEM):
+        for part in _calls(records, outputs, self.COUNT, self.TOTAL, self.ITEM, _sqs_encoded):
             if not self.fifo:
                 yield part
                 continue
@@ -162,7 +162,7 @@ class SqsSink:
         why. `again`: error outputs in place of refused ones (their own deduplication ids)."""
         entries, sent = [], []
         for index, body in part:
-            entry: dict[str, Any] = {"Id": str(len(entries)), "MessageBody": _sqs_text(body)}
+            entry: dict[str, Any] = {"Id": str(len(entries)), "MessageBody": body.decode()}  # escaped as measured (`_sqs_encoded`)
             if self.fifo:
                 record = records[index]
                 group = entry["MessageGroupId"] = _group_id(record)
@@ -230,17 +230,18 @@ class FirehoseSink:
 
 
 def _calls(
-    records: Sequence[StreamRecord], outputs: Sequence[Output], count: int, total: int, item: int
+    records: Sequence[StreamRecord], outputs: Sequence[Output], count: int, total: int, item: int, encoded: Callable[[Any], bytes] = encode
 ) -> Iterator[list[tuple[int, bytes]]]:
-    """The encoded outputs in calls of at most `count` records and `total` bytes. An output
-    over `item` bytes can never be written: its record gets an error output instead."""
+    """The outputs `encoded` as the destination takes them, in calls of at most `count` records
+    and `total` bytes (measured so). An output over `item` bytes can never be written: its
+    record gets an error output instead."""
     part: list[tuple[int, bytes]] = []
     size = 0
     for index, output in outputs:
-        body = encode(output)
+        body = encoded(output)
         if len(body) > item:
             too_large = f"the output is {len(body)} bytes; the destination takes {item} at most"
-            body = encode(_instead(output, too_large, "payload_too_large", source=records[index].position))
+            body = encoded(_instead(output, too_large, "payload_too_large", source=records[index].position))
         if part and (len(part) == count or size + len(body) > total):
             yield part
             part, size = [], 0
@@ -253,13 +254,15 @@ def _calls(
 _NOT_CHARACTERS = ((b"\xef\xbf\xbe", b"\\ufffe"), (b"\xef\xbf\xbf", b"\\uffff"))
 
 
-def _sqs_text(body: bytes) -> str:
-    """A message body SQS takes: it refuses U+FFFE and U+FFFF, which JSON writes escaped instead
-    (in JSON they can only stand inside a string)."""
+def _sqs_encoded(output: Any) -> bytes:
+    """An output as the message body SQS takes, measured as sent: SQS refuses U+FFFE and U+FFFF,
+    which JSON writes escaped instead (in JSON they can only stand inside a string; each 3 bytes
+    raw, 6 escaped)."""
+    body = encode(output)
     if b"\xef\xbf" in body:
         for raw, escaped in _NOT_CHARACTERS:
             body = body.replace(raw, escaped)
-    return body.decode()
+    return body
 
 
 class S3Sink:
