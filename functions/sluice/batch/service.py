@@ -128,7 +128,7 @@ class BatchService:
             tenant=principal.tenant,
             deployment=deployment,
             input_uri=uri,
-            output_uri=(as_uri(output_uri) if output_uri else self.paths.outbox(principal.tenant, job_id)).rstrip("/") + "/",
+            output_uri=(as_uri(output_uri, field="output_uri") if output_uri else self.paths.outbox(principal.tenant, job_id)).rstrip("/") + "/",
             format=fmt,  # type: ignore[arg-type]
             output_format=out_fmt,  # type: ignore[arg-type]
             key_columns=keys,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sluice.domain.errors import BadRequest
+from sluice.domain.locations import file_path
 from sluice.storage.folder import path_of_file_url
 
 
@@ -29,10 +30,16 @@ def local_path(uri: str) -> Path:
     return Path(uri).expanduser()
 
 
-def as_uri(location: str | Path) -> str:
-    """A URI for a path or URI: s3:// and file:// stay, paths become absolute file:// URIs."""
+def as_uri(location: str | Path, *, field: str = "input_uri") -> str:
+    """A URI for a path or URI: s3:// and file:// stay, paths become absolute file:// URIs. A
+    file URI that names no one path on this machine (another host, `file://server/x`, read as
+    the local `/x`; a `?` or `#`, dropped as a query or fragment) is a 400 naming `field`, as
+    a tenant's is (`sluice.domain.locations`)."""
     text = str(location)
-    if is_s3(text) or text.startswith("file://"):
+    if is_s3(text):
+        return text
+    if text.startswith("file:"):
+        file_path(text, field=field)
         return text
     return Path(text).expanduser().resolve().as_uri()
 

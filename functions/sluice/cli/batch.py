@@ -28,6 +28,7 @@ from sluice.cli.common import (
 )
 from sluice.domain.errors import SluiceError
 from sluice.domain.jobs import FORMATS
+from sluice.domain.locations import file_path
 
 INTERRUPTED = "Interrupted"  # the error of a job its `sluice batch run` was interrupted in
 
@@ -125,7 +126,9 @@ def default_out(source: Path) -> Path:
 
 
 def cmd_batch_run(args: argparse.Namespace) -> int:
-    source = Path(args.file).expanduser()
+    # A file URL as the path it names (a Path would read `file:///x` as the relative `file:/x`);
+    # one that names none here (`file://server/x`) refused naming it.
+    source = Path(file_path(args.file, field="file")) if args.file.startswith("file:") else Path(args.file).expanduser()
     if not source.is_file() and not source.is_dir():
         what = "not a file or a folder (a device, a pipe or a socket)" if source.exists() else "no such file or folder"
         raise SluiceError(f"{what}: {source}", field="file")

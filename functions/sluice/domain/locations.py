@@ -296,6 +296,14 @@ def _bad_key(key: str, *, prefix: bool) -> bool:
     return bool(key) and any(part in ("", ".", "..") for part in parts)
 
 
+def file_path(uri: str, *, field: str) -> str:
+    """The path of a `file:` URI, decoded once, or a 400 naming `field` for one that names no
+    one path on this machine (`_file_path`)."""
+    path = _file_path(uri, field=field)
+    assert path is not None  # refused naming `field` otherwise
+    return path
+
+
 def _file_path(uri: str, *, field: str | None = None) -> str | None:
     """The path of a `file:` URI, decoded once; None (or BadRequest naming `field`) for one
     that is ambiguous: another host, a query or fragment, an encoded separator or control

@@ -230,3 +230,27 @@ def test_ctrl_c_during_batch_run_ends_the_job_with_a_reason_and_no_traceback(
     assert 1 <= report["progress"]["chunks_done"] < report["progress"]["chunks_total"]
     code, out, err = sluice(capsys, "batch", "list")
     assert code == 0 and "FAILED" in out and "found stopped" not in err
+
+
+def test_a_file_url_that_names_no_path_here_is_refused_naming_it(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`file://server/x` names a file on another machine; it was read (and written) as the local
+    `/x`. A `#` in a file URL was dropped as a fragment. Each is refused, naming the field, and
+    nothing is read or written."""
+    sluice(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    sluice(capsys, "deployments", "create", "iris", "--model", "iris")
+    data = tmp_path / "in.csv"
+    data.write_text("sepal_length,sepal_width,petal_length,petal_width\n5.1,3.5,1.4,0.2\n")
+    out = tmp_path / "out"
+    for source, target, field in (
+        (f"file://fileserver{data}", out.as_uri(), "input_uri"),
+        (data.as_uri(), f"file://fileserver{out}", "output_uri"),
+        (data.as_uri() + "#x", out.as_uri(), "input_uri"),
+    ):
+        for command in ("run", "submit"):
+            code, _, err = sluice(capsys, "batch", command, source, "--deployment", "iris", "--out", target, "--format", "csv")
+            named = "file" if command == "run" and field == "input_uri" else field  # run's FILE
+            assert code == 2 and named in err and ("file:///path" in err or "#" in err) and "Traceback" not in err, (command, source, target, err)
+    assert not out.exists()
+    for command in ("run", "submit"):  # localhost is this machine; run takes a file URL as its path
+        code, _, err = sluice(capsys, "batch", command, f"file://localhost{data}", "--deployment", "iris", "--out", (out / command).as_uri(), "--format", "csv")
+        assert code == 0 and (out / command).is_dir(), err
