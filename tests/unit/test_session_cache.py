@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -52,3 +54,50 @@ def test_concurrent_requests_for_one_key_load_it_once() -> None:
     assert len({id(r) for r, _ in results}) == 1
     assert cache.misses == 1 and cache.hits == 7
     assert sorted(loaded for _, loaded in results) == [False] * 7 + [True]  # each call knows its own
+
+
+def test_after_a_failed_load_the_callers_waiting_and_those_arriving_load_it_once_and_count_it_once() -> None:
+    """A load fails while another call waits for it; a third call arrives as the second loads.
+    One load more, one entry, its bytes counted once, and no lock left behind: a failed load
+    that let the waiting call and the new one each load under a lock of its own loaded the model
+    twice at once and counted its bytes twice for good (the cache then evicted what it had room for)."""
+    cache = SessionCache(max_bytes=1000)
+    loads: list[str] = []
+    first_in, first_go, second_in, second_go = (threading.Event() for _ in range(4))
+
+    def failing() -> _Entry:
+        first_in.set()
+        first_go.wait()
+        raise RuntimeError("the first load fails")
+
+    def second() -> _Entry:
+        loads.append("second")
+        second_in.set()
+        second_go.wait()
+        return entry(100)
+
+    def third() -> _Entry:
+        loads.append("third")
+        return entry(100)
+
+    def call(load: Any) -> None:
+        with contextlib.suppress(RuntimeError):
+            cache.get_or_load("k", 100, load)
+
+    threads = [threading.Thread(target=call, args=(failing,))]
+    threads[0].start()
+    first_in.wait()
+    threads.append(threading.Thread(target=call, args=(second,)))
+    threads[1].start()
+    time.sleep(0.1)  # the second waits for the first's lock
+    first_go.set()
+    second_in.wait()
+    threads.append(threading.Thread(target=call, args=(third,)))
+    threads[2].start()
+    time.sleep(0.1)  # the third arrives while the second loads
+    second_go.set()
+    for t in threads:
+        t.join(5)
+    assert loads == ["second"]
+    assert (len(cache), cache.bytes_used, cache.misses, cache.hits) == (1, 100, 1, 1)
+    assert cache._loading == {}

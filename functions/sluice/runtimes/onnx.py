@@ -139,7 +139,7 @@ class SessionCache:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
-        self._loading: dict[str, threading.Lock] = {}
+        self._loading: dict[str, list[Any]] = {}  # key -> [its lock, the calls holding or waiting on it]
 
     @property
     def bytes_used(self) -> int:
@@ -175,31 +175,34 @@ class SessionCache:
                 f"model artifact is {size} bytes, above the session cache bound of {self.max_bytes}",
                 field="artifact",
             )
-        with self._lock:
-            key_lock = self._loading.setdefault(key, threading.Lock())
-        with key_lock:
-            entry = self.peek(key)
-            if entry is not None:
-                return entry, False
-            try:
-                entry = load()
-            except BaseException:
-                # A failed load leaves nothing behind: the next call loads afresh. A caller
-                # already waiting on this lock loads in turn under it.
+        with self._lock:  # the key's lock, held by each call that loads or waits to (a failed load leaves none behind)
+            slot = self._loading.get(key)
+            if slot is None:
+                slot = self._loading[key] = [threading.Lock(), 0]
+            slot[1] += 1
+        try:
+            with slot[0]:
+                entry = self.peek(key)
+                if entry is not None:
+                    return entry, False
+                entry = load()  # a failure leaves the next caller (waiting or new) to load afresh, one at a time
                 with self._lock:
-                    if self._loading.get(key) is key_lock:
-                        del self._loading[key]
-                raise
+                    self.misses += 1
+                    before = self._entries.pop(key, None)  # never there (loaded under the key's one lock): sized as it is all the same
+                    if before is not None:
+                        self._bytes -= before.size
+                    self._entries[key] = entry
+                    self._bytes += entry.size
+                    while self._bytes > self.max_bytes and len(self._entries) > 1:
+                        _, old = self._entries.popitem(last=False)
+                        self._bytes -= old.size
+                        self.evictions += 1
+                return entry, True
+        finally:
             with self._lock:
-                self.misses += 1
-                self._entries[key] = entry
-                self._bytes += entry.size
-                while self._bytes > self.max_bytes and len(self._entries) > 1:
-                    _, old = self._entries.popitem(last=False)
-                    self._bytes -= old.size
-                    self.evictions += 1
-                self._loading.pop(key, None)
-            return entry, True
+                slot[1] -= 1
+                if not slot[1] and self._loading.get(key) is slot:
+                    del self._loading[key]
 
     def adopt(self, other: SessionCache) -> None:
         """Takes the sessions `other` holds (a container rebuilt after a SnapStart restore keeps
