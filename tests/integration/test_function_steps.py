@@ -349,7 +349,7 @@ def test_a_step_still_running_at_the_requests_deadline_fails_the_request_naming_
         (json.loads(json.dumps(chain("features:embed")).replace('"FP32", "shape": [-1, 2]', '"FP64", "shape": [-1, 2]')), "policy.steps.1", "it is FP64"),
         ({"kind": "sequence", "steps": [chain("features:embed")["steps"][0], {**chain("features:embed")["steps"][0], "name": "again"}]}, "policy.steps", "at least one model"),
         (chain("features:embedd"), "policy.steps.0.target.function", "module 'features' defines no function 'embedd'"),  # a typo: a 502 on every call
-        (chain("features:__loader__"), "policy.steps.0.target.function", "one of Python's own names"),
+        (chain("features:__loader__"), "policy.steps.0.target.function", "module 'features' defines no function '__loader__'"),  # Python's own
     ],
     ids=["another-tenants-arn", "another-tenants-module", "link-out-of-the-folder", "not-a-target", "signature", "no-model", "no-such-callable", "dunder"],
 )

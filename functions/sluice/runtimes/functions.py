@@ -91,15 +91,14 @@ class FunctionSteps:
 
     def unknown_callable(self, node: Function, tenant: str) -> str | None:
         """Why a module step's callable is none its module defines, where its source tells
-        without running it (`defined_at_top`); None where it may be one. Asked where a policy
+        without running it (`defined_at_top`: Python's own `__loader__` or `__spec__` are not in
+        it, a `def __step__` is); None where it may be one. Asked where a policy
         is saved (a step naming no function was saved, and failed with a 502 on every call):
         the module's file may change later, so each call looks again (`_run_module`)."""
         if node.on_lambda:
             return None
         path = self._module_path(node, tenant)
         module, _, name = node.function.partition(":")
-        if name.startswith("__") and name.endswith("__"):
-            return f"'{name}' is one of Python's own names, not a function of module '{module}'"
         if path is None:
             return None
         try:
@@ -255,8 +254,8 @@ def defined_at_top(source: bytes) -> frozenset[str] | None:
     for node in ast.walk(tree):
         if isinstance(node, ast.Global) or (isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)):
             return None
-        if (isinstance(node, ast.Name) and node.id in _DYNAMIC) or (isinstance(node, ast.Attribute) and node.attr in ("modules", "__dict__")):
-            return None  # `sys.modules[__name__].f = ...`, `module.__dict__[...]`
+        if (isinstance(node, ast.Name) and node.id in _DYNAMIC) or (isinstance(node, ast.Attribute) and node.attr in _DYNAMIC):
+            return None  # `sys.modules[__name__].f = ...`, `import_module(__name__).f = ...`, `module.__dict__[...]`
     for stmt in tree.body:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(stmt.name)
@@ -277,7 +276,9 @@ def defined_at_top(source: bytes) -> frozenset[str] | None:
     return None if "__getattr__" in names else frozenset(names)
 
 
-_DYNAMIC = frozenset({"globals", "vars", "setattr", "exec", "eval", "__import__"})
+# Names through which a module's code may bind names of its own as it runs (itself reached by
+# its `__name__`, or its namespace by `globals()`, `locals()`, `vars()`), read or called anywhere.
+_DYNAMIC = frozenset({"globals", "locals", "vars", "setattr", "exec", "eval", "__import__", "import_module", "modules", "__name__", "__dict__", "__builtins__"})
 
 
 def _mapped(exc: Exception, arn: str) -> SluiceError:
