@@ -38,10 +38,12 @@ def as_uri(location: str | Path, *, field: str = "input_uri") -> str:
     text = str(location)
     if is_s3(text):
         return text
-    if text.startswith("file:"):
-        file_path(text, field=field)
-        return text
-    return Path(text).expanduser().resolve().as_uri()
+    scheme, colon, rest = text.partition(":")
+    if colon and scheme.lower() == "file" and rest.startswith("/"):  # `file:///x`, `FILE://…`, RFC 8089's `file:/x`
+        uri = "file:" + rest if rest.startswith("//") else "file://" + rest  # the scheme as every check spells it
+        file_path(uri, field=field)
+        return uri
+    return Path(text).expanduser().resolve().as_uri()  # a path, `file:name` (a file so named) too
 
 
 def join(base: str, name: str) -> str:

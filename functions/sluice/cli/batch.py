@@ -128,7 +128,10 @@ def default_out(source: Path) -> Path:
 def cmd_batch_run(args: argparse.Namespace) -> int:
     # A file URL as the path it names (a Path would read `file:///x` as the relative `file:/x`);
     # one that names none here (`file://server/x`) refused naming it.
-    source = Path(file_path(args.file, field="file")) if args.file.startswith("file:") else Path(args.file).expanduser()
+    from sluice.batch.uris import as_uri
+
+    scheme, colon, rest = args.file.partition(":")
+    source = Path(file_path(as_uri(args.file, field="file"), field="file")) if colon and scheme.lower() == "file" and rest.startswith("/") else Path(args.file).expanduser()
     if not source.is_file() and not source.is_dir():
         what = "not a file or a folder (a device, a pipe or a socket)" if source.exists() else "no such file or folder"
         raise SluiceError(f"{what}: {source}", field="file")
@@ -136,7 +139,7 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
     out = (args.out if "://" in args.out else Path(args.out).expanduser()) if args.out else default_out(source)
     batch = pieces.batch()
     job = batch.submit(
-        operator(args), deployment=args.deployment, input_uri=str(source), format=args.input_format,
+        operator(args), deployment=args.deployment, input_uri=str(source.absolute()), format=args.input_format,  # `./file:x.csv`: a path
         output_format=args.format, key_columns=args.key or (), output_uri=str(out), operator=True,
         source="cli", start=False, runs_here=True, publish=publish_of(args),
     )  # fmt: skip

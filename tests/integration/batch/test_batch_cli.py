@@ -250,7 +250,27 @@ def test_a_file_url_that_names_no_path_here_is_refused_naming_it(home: Path, tmp
             code, _, err = sluice(capsys, "batch", command, source, "--deployment", "iris", "--out", target, "--format", "csv")
             named = "file" if command == "run" and field == "input_uri" else field  # run's FILE
             assert code == 2 and named in err and ("file:///path" in err or "#" in err) and "Traceback" not in err, (command, source, target, err)
+    code, _, err = sluice(capsys, "batch", "submit", data.as_uri(), "--deployment", "iris", "--out", f"FILE://fileserver{out}", "--format", "csv")
+    assert code == 2 and "output_uri" in err, err  # a scheme is a scheme, in capitals too
     assert not out.exists()
     for command in ("run", "submit"):  # localhost is this machine; run takes a file URL as its path
         code, _, err = sluice(capsys, "batch", command, f"file://localhost{data}", "--deployment", "iris", "--out", (out / command).as_uri(), "--format", "csv")
         assert code == 0 and (out / command).is_dir(), err
+
+
+def test_a_file_whose_name_starts_with_file_colon_is_a_file_and_rfc_8089s_short_url_a_url(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`./file:rows.csv` is a file so named (scored as it was before file URLs were checked);
+    `file:/abs/path` (RFC 8089's form without a host) names /abs/path; `FILE:///abs` too."""
+    sluice(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    sluice(capsys, "deployments", "create", "iris", "--model", "iris")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file:rows.csv").write_text("sepal_length,sepal_width,petal_length,petal_width\n5.1,3.5,1.4,0.2\n")
+    data = tmp_path / "in.csv"
+    data.write_text("sepal_length,sepal_width,petal_length,petal_width\n5.1,3.5,1.4,0.2\n")
+    for n, (command, source) in enumerate((("run", "./file:rows.csv"), ("submit", "./file:rows.csv"), ("run", f"file:{data}"), ("submit", f"file:{data}"), ("submit", f"FILE://{data}"))):
+        out = tmp_path / f"out{n}"
+        code, _, err = sluice(capsys, "batch", command, source, "--deployment", "iris", "--out", str(out), "--format", "csv")
+        assert code == 0 and (out / "part-00000.csv").is_file(), (command, source, err)
+    assert not (tmp_path / "file:").exists()
