@@ -125,7 +125,17 @@ def test_delete_model_removes_its_versions(registry: Registry) -> None:
     assert [v.version for v in registry.list_versions(A, "fraud")] == [1]
     registry.create_model(Model(A, "churn"))
     assert registry.list_versions(A, "churn") == []
-    assert registry.add_version(version_of("churn")).version == 1
+    # A model made again under the name numbers on from the deleted one's count: churn:1 named
+    # one artifact, and a batch job, a rollout or a kept answer that names it never finds another.
+    assert registry.add_version(version_of("churn")).version == 4
+    registry.delete_model(A, "churn")
+    registry.create_model(Model(A, "churn"))
+    assert registry.add_version(version_of("churn")).version == 5
+    registry.create_model(Model(B, "churn"))  # each tenant's names number on their own
+    assert registry.add_version(version_of("churn", tenant=B)).version == 1
+    registry.delete_model(A, "fraud")  # a model deleted with no version left leaves its count too
+    registry.create_model(Model(A, "fraud"))
+    assert registry.add_version(version_of("fraud")).version == 2
 
 
 # Versions -------------------------------------------------------------------------------
@@ -176,8 +186,10 @@ def test_lineage_and_tuned_session_options_round_trip(registry: Registry) -> Non
     registry.delete_model(A, "churn")
     registry.create_model(Model(A, "churn"))
     again = registry.add_version(replace(version_of("churn"), sha256="f" * 64))
+    assert again.version == 3  # numbered on: churn:1 never names another artifact
     raises(NotFound, "version", lambda: registry.replace_version(replace(first, session_options=tuned)))
-    assert registry.get_version(A, "churn", 1) == again
+    raises(NotFound, "version", lambda: registry.replace_version(replace(again, version=1, session_options=tuned)))
+    assert registry.get_version(A, "churn", 3) == again
 
 
 def test_missing_versions(registry: Registry) -> None:
@@ -1319,17 +1331,18 @@ def test_dynamodb_version_of_a_model_deleted_meanwhile_is_not_kept(dynamodb: Any
     registry = racing(dynamodb, "transact_write_items", recreate)
     raises(NotFound, "model", lambda: registry.add_version(version_of("churn")))
     assert other.list_versions(A, "churn") == []
-    assert other.add_version(version_of("churn")).version == 1
+    assert other.add_version(version_of("churn")).version == 2  # the number the lost add took is not given again
 
 
 def test_dynamodb_delete_model_sweeps_versions_added_meanwhile(dynamodb: Any) -> None:
     other = DynamoRegistry("sluice-registry", client=dynamodb)
     other.create_model(Model(A, "churn"))
     other.add_version(version_of("churn"))
-    registry = racing(dynamodb, "delete_item", lambda: other.add_version(version_of("churn")))
+    registry = racing(dynamodb, "transact_write_items", lambda: other.add_version(version_of("churn")))
     registry.delete_model(A, "churn")
     raises(NotFound, "model", lambda: other.get_model(A, "churn"))
-    assert dynamodb.scan(TableName="sluice-registry")["Items"] == []
+    left = dynamodb.scan(TableName="sluice-registry")["Items"]  # where the count stood, alone
+    assert left == [{"pk": {"S": "T#acme#M#churn"}, "sk": {"S": "NUMBERS"}, "last_version": {"N": "2"}}], left
 
 
 @pytest.mark.usefixtures("aws")

@@ -5,6 +5,8 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
 
 - model: `pk=T#<tenant>`, `sk=M#<name>`; also `uid` and `last_version`
 - version: `pk=T#<tenant>#M#<model>`, `sk=V#<version:010d>`
+- where a deleted model's count of versions stood: the same pk, `sk=NUMBERS`; also
+  `last_version` (a model made again under the name numbers on from it)
 - deployment: `pk=T#<tenant>`, `sk=D#<name>`
 - history counter: `pk=T#<tenant>#D#<name>`, `sk=SEQ`; also `last_seq`
 - history entry: `pk=T#<tenant>#D#<name>`, `sk=H#<seq:010d>`
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
 
 MODEL = "M#"
 VERSION = "V#"
+NUMBERS = "NUMBERS"
 DEPLOYMENT = "D#"
 HISTORY = "H#"
 HISTORY_COUNTER = "SEQ"

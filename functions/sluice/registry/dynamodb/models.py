@@ -2,6 +2,9 @@
 
 - `add_version` bumps the model's `last_version` with an atomic ADD, then puts the version in a
   transaction that checks the model is still the same incarnation (`uid`, new on every create).
+- Version numbers are never reused, not even by a model made again under a deleted one's name:
+  the delete leaves where its count stood (`layout.NUMBERS`, in the same transaction), and a
+  create starts from it (in a transaction that finds it as it read it).
 - `delete_model` removes the versions while the model still exists, then deletes the model only
   if no version was added meanwhile; a failure half-way leaves the model to delete again. Given
   the tenant's counters its caller read before its check (`sluice.registry.guards.Catalog`),
@@ -39,12 +42,44 @@ VERSIONS_PER_DELETE = 99  # a transaction's 100 items, less the counters'
 
 class DynamoModels(Part):
     def create_model(self, model: Model) -> Model:
-        record = item(
-            layout.tenant(model.tenant), layout.model_sk(model.name), MODEL.dump(model),
-            uid=uuid.uuid4().hex,
-        )  # fmt: skip
-        self.put_new(record, taken=taken("model", model.name, field="name"))
+        numbers_key = key(layout.versions_pk(model.tenant, model.name), layout.NUMBERS)
+
+        def step() -> None:
+            numbers = self.table.get(layout.versions_pk(model.tenant, model.name), layout.NUMBERS)
+            last = None if numbers is None else numbers.get("last_version")
+            record = item(
+                layout.tenant(model.tenant), layout.model_sk(model.name), MODEL.dump(model),
+                uid=uuid.uuid4().hex, **({"last_version": last} if last is not None else {}),
+            )  # fmt: skip
+            found = absent() if numbers is None else condition("#last = :last", {"#last": "last_version"}, {":last": last})
+            try:
+                self.table.send(
+                    "transact_write_items",
+                    TransactItems=[
+                        {"Put": {"TableName": self.table.name, "Item": record, **absent()}},
+                        {"ConditionCheck": {"TableName": self.table.name, "Key": numbers_key, **found}},
+                    ],
+                )
+            except Refused as refused:
+                if refused.reasons[:1] == ["ConditionalCheckFailed"]:
+                    raise taken("model", model.name, field="name") from None
+                raise  # the count moved on (a delete of the name meanwhile): read again
+
+        self.table.optimistic(step)
         return model
+
+    def _model_gone(self, tenant: str, name: str, found: dict[str, Any]) -> list[dict[str, Any]]:
+        """The writes that delete the model `found` (where no version was added since it was
+        read) and leave where its count of versions stood."""
+        last = found.get("last_version")
+        same = "#last = :last" if last is not None else "attribute_not_exists(#last)"
+        values = {":uid": found["uid"]} | ({":last": last} if last is not None else {})
+        model = {"Delete": {"TableName": self.table.name, "Key": key(layout.tenant(tenant), layout.model_sk(name)),
+                            **condition(f"#uid = :uid AND {same}", {"#uid": "uid", "#last": "last_version"}, values)}}  # fmt: skip
+        if last is None:
+            return [model]
+        numbers = item(layout.versions_pk(tenant, name), layout.NUMBERS, {}, last_version=last)
+        return [model, {"Put": {"TableName": self.table.name, "Item": numbers}}]
 
     def get_model(self, tenant: str, name: str) -> Model:
         return MODEL.load(self.found(layout.tenant(tenant), layout.model_sk(name), missing=no_model(name)))
@@ -62,15 +97,7 @@ class DynamoModels(Part):
             if found is None:
                 raise no_model(name)
             self.table.delete_all(layout.versions_pk(tenant, name), layout.VERSION)
-            last = found.get("last_version")
-            same = "#last = :last" if last is not None else "attribute_not_exists(#last)"
-            values = {":uid": found["uid"]} | ({":last": last} if last is not None else {})
-            self.table.send(
-                "delete_item",
-                TableName=self.table.name,
-                Key=key(layout.tenant(tenant), layout.model_sk(name)),
-                **condition(f"#uid = :uid AND {same}", {"#uid": "uid", "#last": "last_version"}, values),
-            )
+            self.table.send("transact_write_items", TransactItems=self._model_gone(tenant, name, found))
 
         self.table.optimistic(step)
 
@@ -172,12 +199,7 @@ class DynamoModels(Part):
             ]
             for at in range(0, len(gone), VERSIONS_PER_DELETE):  # a transaction holds 100 items: the counter's and 99
                 self._counted(tenant, catalog, gone[at : at + VERSIONS_PER_DELETE], "model")
-            last = found.get("last_version")
-            same = "#last = :last" if last is not None else "attribute_not_exists(#last)"
-            values = {":uid": found["uid"]} | ({":last": last} if last is not None else {})
-            model = {"Delete": {"TableName": self.table.name, "Key": key(layout.tenant(tenant), layout.model_sk(name)),
-                                **condition(f"#uid = :uid AND {same}", {"#uid": "uid", "#last": "last_version"}, values)}}  # fmt: skip
-            if self._counted(tenant, catalog, [model], "model"):
+            if self._counted(tenant, catalog, self._model_gone(tenant, name, found), "model"):
                 return
             # The model item changed (a version added meanwhile): its versions are looked at again.
         raise Conflict(f"model '{name}' kept changing while it was deleted; try again", field="model")

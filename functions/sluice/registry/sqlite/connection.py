@@ -30,6 +30,9 @@ CREATE TABLE IF NOT EXISTS models (
 CREATE TABLE IF NOT EXISTS versions (
     tenant TEXT NOT NULL, model TEXT NOT NULL, version INTEGER NOT NULL, doc TEXT NOT NULL,
     PRIMARY KEY (tenant, model, version));
+CREATE TABLE IF NOT EXISTS version_numbers (
+    tenant TEXT NOT NULL, model TEXT NOT NULL, next_version INTEGER NOT NULL,
+    PRIMARY KEY (tenant, model));
 CREATE TABLE IF NOT EXISTS deployments (
     tenant TEXT NOT NULL, name TEXT NOT NULL, revision INTEGER NOT NULL, doc TEXT NOT NULL,
     PRIMARY KEY (tenant, name));

@@ -1,8 +1,12 @@
 """Models and their versions in SQLite. A model row counts its versions (`next_version`), so
-numbers are assigned in the same transaction that stores the version, and never reused."""
+numbers are assigned in the same transaction that stores the version, and never reused: not
+even by a model of the same name made after it is deleted (`version_numbers` keeps where the
+count stood), so that a version a batch job, a rollout or a kept answer names is always the
+one artifact it named."""
 
 from __future__ import annotations
 
+import sqlite3
 from typing import TYPE_CHECKING
 
 from sluice.registry.codec import MODEL, VERSION
@@ -16,7 +20,15 @@ if TYPE_CHECKING:
 
 class SqliteModels(Part):
     def create_model(self, model: Model) -> Model:
-        self.added("models", model.tenant, model.name, MODEL.to_json(model), taken=taken("model", model.name, field="name"))
+        try:
+            with self.db.tx() as db:
+                db.execute(
+                    "INSERT INTO models (tenant, name, doc, next_version) VALUES (?, ?, ?, "
+                    "COALESCE((SELECT next_version FROM version_numbers WHERE tenant = ? AND model = ?), 1))",
+                    (model.tenant, model.name, MODEL.to_json(model), model.tenant, model.name),
+                )
+        except sqlite3.IntegrityError:
+            raise taken("model", model.name, field="name") from None
         return model
 
     def get_model(self, tenant: str, name: str) -> Model:
@@ -28,6 +40,11 @@ class SqliteModels(Part):
     def delete_model(self, tenant: str, name: str, *, catalog: Catalog | None = None) -> None:
         with self.db.tx() as db:
             advance_catalog(db, tenant, catalog, "deletes", "model")
+            db.execute(  # where its count stood: a model made again under its name numbers on from there
+                "INSERT INTO version_numbers (tenant, model, next_version) SELECT tenant, name, next_version FROM models "
+                "WHERE tenant = ? AND name = ? ON CONFLICT (tenant, model) DO UPDATE SET next_version = MAX(next_version, excluded.next_version)",
+                (tenant, name),
+            )
             gone = db.execute("DELETE FROM models WHERE tenant = ? AND name = ?", (tenant, name))
             if gone.rowcount == 0:
                 raise no_model(name)
