@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain import Deployment, check_batching, check_cache, check_name, now
 from sluice.domain.capture import check_capture
-from sluice.domain.errors import BadRequest, Conflict, NotFound
+from sluice.domain.errors import BadRequest, Conflict, NotFound, StaleRead
 from sluice.domain.objects import check_description, made_at_revision
 from sluice.domain.policy import (
     Mirror,
@@ -197,7 +197,15 @@ class DeploymentService:
             rollout=rollout,
             capture=captured,
         )
-        return self.registry.update_deployment(updated, expected_revision=current.revision, note=note, refs_read=read, catalog=catalog)
+        try:
+            return self.registry.update_deployment(updated, expected_revision=current.revision, note=note, refs_read=read, catalog=catalog)
+        except Conflict as exc:
+            if expected_revision is not None or exc.field != "revision" or isinstance(exc, StaleRead):
+                raise
+            # The caller gave no revision (last writer wins): another write got in after this
+            # one's read, so it is decided again on what is stored now (`_written`), rather than
+            # refused naming a revision the caller never sent.
+            raise StaleRead(f"deployment '{name}' changed while this update was checked; try again", field="policy") from None
 
     def promote(self, principal: Principal, name: str, mirror: str) -> Deployment:
         """Make a shadow mirror the primary. Other mirrors stay; the old primary goes."""
