@@ -216,10 +216,11 @@ def test_a_change_made_while_the_deployment_is_being_read_is_seen_by_the_next_re
     assert after["version"] == 2
 
 
-def test_a_model_deleted_and_pushed_again_answers_with_its_new_version_one(client: TestClient, keys: dict[str, str]) -> None:
-    """Numbers start again at 1 when a model is made again (as MLflow's and SageMaker's
-    registries number them): a deployment pointed back at `m:1` is answered by the new
-    artifact, not by what this process read of the old `m:1`."""
+def test_a_model_deleted_and_pushed_again_numbers_on_and_its_old_version_is_never_another_artifact(client: TestClient, keys: dict[str, str]) -> None:
+    """Numbers go on when a model is made again under a deleted one's name: `m:1` named the
+    first artifact and never names another (a deployment pointed back at it is refused, naming
+    the version); the new artifact is `m:2`, and a deployment pointed at it is answered by it,
+    not by what this process read of the old `m:1`."""
     key = keys["acme"]
     row = {**ROW, "deployment": "d"}
     assert push(client, key, "m", "iris.onnx")["version"] == 1
@@ -228,10 +229,12 @@ def test_a_model_deleted_and_pushed_again_answers_with_its_new_version_one(clien
     assert client.put("/api/v1/deployments/d", json={"model": "iris", "version": 1}, headers=auth(key)).status_code == 200
     assert client.delete("/api/v1/models/m", headers=auth(key)).status_code == 204
     again = push(client, key, "m", "iris_forest.onnx")
-    assert again["version"] == 1
-    assert client.put("/api/v1/deployments/d", json={"model": "m", "version": 1}, headers=auth(key)).status_code == 200
+    assert again["version"] == 2
+    refused = client.put("/api/v1/deployments/d", json={"model": "m", "version": 1}, headers=auth(key))
+    assert refused.status_code in (404, 422) and "version" in refused.text, refused.text
+    assert client.put("/api/v1/deployments/d", json={"model": "m", "version": 2}, headers=auth(key)).status_code == 200
     after = client.post("/api/v1/predictions", json=row, headers=auth(key)).json()
-    assert (after["model"], after["version"]) == ("m", 1)
+    assert (after["model"], after["version"]) == ("m", 2)
     assert after["probabilities"] != before["probabilities"]  # the forest's, not the first m:1's
 
 

@@ -304,9 +304,9 @@ def test_api_optimize_needs_the_admin_scope(client: TestClient, keys: dict[str, 
 def test_a_model_deleted_and_made_again_while_it_is_optimized_gets_nothing_registered(
     demo: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The job optimizes `m:1`; before it registers, `m` is deleted and made again (its new
-    `m:1` another artifact). Nothing is registered into the new model, and its `m:1` stays as
-    pushed (the old one's tuned options are not written over it)."""
+    """The job optimizes `m:1`; before it registers, `m` is deleted and made again (its first
+    version `m:2`: numbers are never given again). Nothing is registered into the new model,
+    refused naming the version it optimized, and its `m:2` stays as pushed."""
     from sluice.batch.sample import read_rows
     from sluice.domain.errors import NotFound
     from tests.conftest import MODELS
@@ -325,9 +325,9 @@ def test_a_model_deleted_and_made_again_while_it_is_optimized_gets_nothing_regis
     request = OptimizeRequest("m", source.version, Budget(0.99, 0.5), kinds=("graph",), timing=FAST, tune=False, register=("graph",))
     with pytest.raises(NotFound) as refused:
         optimizer.run(acme, request, rows)
-    assert refused.value.field == "model" and "made again" in refused.value.message
-    assert [v.version for v in demo.models.list_versions(acme, "m")] == [1]
-    assert demo.models.get_version(acme, "m", 1).sha256 != source.sha256
+    assert refused.value.field == "version" and "no version 1" in refused.value.message, refused.value.message
+    assert [v.version for v in demo.models.list_versions(acme, "m")] == [2]
+    assert demo.models.get_version(acme, "m", 2).sha256 != source.sha256 and demo.models.get_version(acme, "m", 2).session_options == ()
 
 
 def test_the_cli_refuses_what_it_would_refuse_late_before_anything_is_written(
