@@ -47,3 +47,24 @@ def test_an_update_with_a_stale_revision_is_still_refused_naming_it(demo: Contai
     with pytest.raises(Conflict) as refused:
         demo.deployments.update(acme, "iris", {"kind": "single", "model": "iris", "version": 1}, expected_revision=before)
     assert refused.value.field == "revision"
+
+
+def test_rollout_commands_are_decided_again_after_another_write_got_in(demo: Container, acme: Principal) -> None:
+    """start, pause, resume and abort read the deployment and write at the revision they read:
+    another write in between was a 409 naming `revision`, which their callers never send. Now each
+    is decided again on what is stored: it is made, or refused for what it is."""
+    from sluice.services.rollouts import RolloutService
+    from tests.conftest import MODELS
+
+    demo.models.push(acme, "iris", (MODELS / "iris.onnx").read_bytes())
+    rollouts = RolloutService(demo.registry, demo.deployments)
+    spec = {"to": "iris:2", "steps": [10, 50, 100], "every": "10m", "gates": "error_rate<=0.005", "min_requests": 10}
+    _racing(demo, acme, 1)
+    assert rollouts.start(acme, "iris", **spec).rollout.state == "running"  # type: ignore[union-attr]
+    for command, state in ((rollouts.pause, "paused"), (rollouts.resume, "running"), (rollouts.abort, "aborted")):
+        _racing(demo, acme, 1)
+        assert command(acme, "iris").rollout.state == state  # type: ignore[union-attr]
+    rollouts.start(acme, "iris", **spec)
+    with pytest.raises(Conflict) as again:  # a second start finds the first's rollout: refused for that
+        rollouts.start(acme, "iris", **spec)
+    assert again.value.field == "deployment"

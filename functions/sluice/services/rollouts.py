@@ -28,7 +28,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain.errors import Conflict, InvalidRequest, Unprocessable
+from sluice.domain.errors import Conflict, InvalidRequest, StaleRead, Unprocessable
 from sluice.domain.rollout_specs import (
     MAX_MIN_REQUESTS,
     check_alarms,
@@ -45,6 +45,7 @@ from sluice.domain.rollouts import (
     waiting_reason,
 )
 from sluice.domain.values import parse_model_version
+from sluice.registry.guards import decided_again
 from sluice.services.models import require_found
 from sluice.services.rollout_alarms import foreign_alarms
 from sluice.services.rollout_controller import RolloutController
@@ -100,7 +101,21 @@ class RolloutService:
         return names
 
     # Commands -----------------------------------------------------------------------------
-    def start(
+    def start(self, principal: Principal, name: str, **spec: Any) -> Deployment:
+        """Start a rollout of `name` to `spec["to"]` (`_start`), decided again where another write
+        of the deployment got in between its read and its write (`_commanded`)."""
+        return _commanded(lambda: self._start(principal, name, **spec))
+
+    def pause(self, principal: Principal, name: str) -> Deployment:
+        return _commanded(lambda: self._pause(principal, name))
+
+    def resume(self, principal: Principal, name: str) -> Deployment:
+        return _commanded(lambda: self._resume(principal, name))
+
+    def abort(self, principal: Principal, name: str) -> Deployment:
+        return _commanded(lambda: self._abort(principal, name))
+
+    def _start(
         self,
         principal: Principal,
         name: str,
@@ -251,14 +266,14 @@ class RolloutService:
             "alarms_checked": self.alarms is not None,
         }
 
-    def pause(self, principal: Principal, name: str) -> Deployment:
+    def _pause(self, principal: Principal, name: str) -> Deployment:
         dep, rollout = self._active(principal, name, "pause", ("running",))
         held, note = paused(rollout, f"paused by {principal.subject}", self.clock())
         return self.deployments.update(
             principal, name, None, expected_revision=dep.revision, rollout=held, note=note
         )
 
-    def resume(self, principal: Principal, name: str) -> Deployment:
+    def _resume(self, principal: Principal, name: str) -> Deployment:
         """The step's split again (a manual change in between is replaced), its clock and its
         counts started afresh."""
         dep, rollout = self._active(principal, name, "resume", ("paused",))
@@ -280,7 +295,7 @@ class RolloutService:
         }
         return self.move(principal, dep, resumed, resumed.step_policy(), note)
 
-    def abort(self, principal: Principal, name: str) -> Deployment:
+    def _abort(self, principal: Principal, name: str) -> Deployment:
         dep, rollout = self._active(principal, name, "abort", ("running", "paused"))
         reason = f"aborted by {principal.subject}: back to the stable policy"
         return self.finish(principal, dep, rollout, "aborted", reason, {})
@@ -405,3 +420,21 @@ def _refuse_names_of_its_own(policy: dict[str, Any]) -> None:
                 f"the deployment's policy has a variant or mirror named {taken}, which a rollout names its own: rename it first",
                 field="deployment",
             )
+
+
+def _commanded(change: Callable[[], Deployment]) -> Deployment:
+    """A rollout command (start, pause, resume, abort: read, decide, write at the revision it
+    read) decided again on what is stored where another write of the deployment got in after
+    its read (`decided_again`): its caller gave no revision, so a 409 naming one was no answer;
+    decided again, a second start finds the first's rollout (409 naming `deployment`), an abort
+    the rollout a PUT paused."""
+
+    def attempt() -> Deployment:
+        try:
+            return change()
+        except Conflict as exc:
+            if exc.field != "revision" or isinstance(exc, StaleRead):
+                raise
+            raise StaleRead("the deployment changed while this was decided; try again", field="deployment") from None
+
+    return decided_again(attempt)
