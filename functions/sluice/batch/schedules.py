@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sluice.batch.refused_runs import refuse_run, run_made
 from sluice.batch.service import input_format
 from sluice.batch.specs import check_template, render, zone
-from sluice.batch.uris import as_uri
+from sluice.batch.uris import as_uri, file_url
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError
 from sluice.domain.jobs import (
@@ -282,8 +282,11 @@ class ScheduleService:
 
 def _absolute(template: str) -> str:
     """A local path template as an absolute file:// URI (placeholders kept)."""
-    if template.startswith(("s3://", "file://")):
+    if template.startswith("s3://"):
         return template
+    url = file_url(template)  # read as a job's input is (`as_uri`): `FILE:///x` and `file:/x` name /x
+    if url is not None:
+        return url
     # Not Path.as_uri: it would quote the braces (and `=`), and file:// URIs are read unquoted.
     return "file://" + str(Path(template).expanduser().resolve())
 

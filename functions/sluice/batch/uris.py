@@ -38,12 +38,21 @@ def as_uri(location: str | Path, *, field: str = "input_uri") -> str:
     text = str(location)
     if is_s3(text):
         return text
-    scheme, colon, rest = text.partition(":")
-    if colon and scheme.lower() == "file" and rest.startswith("/"):  # `file:///x`, `FILE://…`, RFC 8089's `file:/x`
-        uri = "file:" + rest if rest.startswith("//") else "file://" + rest  # the scheme as every check spells it
+    uri = file_url(text)
+    if uri is not None:
         file_path(uri, field=field)
         return uri
     return Path(text).expanduser().resolve().as_uri()  # a path, `file:name` (a file so named) too
+
+
+def file_url(text: str) -> str | None:
+    """`text` as a file URL, its scheme spelled as every check spells it (`file://`), where it is
+    one: `file:///x`, `FILE://host/x`, RFC 8089's `file:/x`; None for anything else (a path,
+    `file:name` a file so named)."""
+    scheme, colon, rest = text.partition(":")
+    if not colon or scheme.lower() != "file" or not rest.startswith("/"):
+        return None
+    return "file:" + rest if rest.startswith("//") else "file://" + rest
 
 
 def join(base: str, name: str) -> str:

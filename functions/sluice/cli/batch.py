@@ -128,18 +128,19 @@ def default_out(source: Path) -> Path:
 def cmd_batch_run(args: argparse.Namespace) -> int:
     # A file URL as the path it names (a Path would read `file:///x` as the relative `file:/x`);
     # one that names none here (`file://server/x`) refused naming it.
-    from sluice.batch.uris import as_uri
+    from sluice.batch.uris import file_url
 
-    scheme, colon, rest = args.file.partition(":")
-    source = Path(file_path(as_uri(args.file, field="file"), field="file")) if colon and scheme.lower() == "file" and rest.startswith("/") else Path(args.file).expanduser()
+    url = file_url(args.file)
+    # Absolute from here on: `./file:/x` is a path whose text, made relative, would read as a URL.
+    source = Path(file_path(url, field="file")) if url is not None else Path(args.file).expanduser().absolute()
     if not source.is_file() and not source.is_dir():
         what = "not a file or a folder (a device, a pipe or a socket)" if source.exists() else "no such file or folder"
         raise SluiceError(f"{what}: {source}", field="file")
     # A URI as given (`file:///…`, `s3://…`: a Path would read `file:///x` as the relative `file:/x`), a path made absolute.
-    out = (args.out if "://" in args.out else Path(args.out).expanduser()) if args.out else default_out(source)
+    out = (args.out if "://" in args.out or file_url(args.out) else Path(args.out).expanduser().absolute()) if args.out else default_out(source)
     batch = pieces.batch()
     job = batch.submit(
-        operator(args), deployment=args.deployment, input_uri=str(source.absolute()), format=args.input_format,  # `./file:x.csv`: a path
+        operator(args), deployment=args.deployment, input_uri=str(source), format=args.input_format,
         output_format=args.format, key_columns=args.key or (), output_uri=str(out), operator=True,
         source="cli", start=False, runs_here=True, publish=publish_of(args),
     )  # fmt: skip

@@ -276,9 +276,14 @@ def defined_at_top(source: bytes) -> frozenset[str] | None:
     return None if "__getattr__" in names else frozenset(names)
 
 
-# Names through which a module's code may bind names of its own as it runs (itself reached by
-# its `__name__`, or its namespace by `globals()`, `locals()`, `vars()`), read or called anywhere.
-_DYNAMIC = frozenset({"globals", "locals", "vars", "setattr", "exec", "eval", "__import__", "import_module", "modules", "__name__", "__dict__", "__builtins__"})
+# Names through which a module's code may bind names of its own as it runs, read or called
+# anywhere in it. `__name__` alone is not one (`logging.getLogger(__name__)`): the module is
+# reached through it only by one of these (`sys.modules`, `import_module`).
+_DYNAMIC = frozenset({
+    "globals", "locals", "vars", "setattr", "exec", "eval", "__import__", "__dict__", "__builtins__",
+    "import_module", "modules", "getmodule",  # the module reached by its name (`sys.modules[__name__]`), or a function's
+    "f_globals", "f_locals", "__globals__", "_getframe", "currentframe",  # its namespace reached through a frame or a function
+})  # fmt: skip
 
 
 def _mapped(exc: Exception, arn: str) -> SluiceError:

@@ -274,3 +274,12 @@ def test_a_file_whose_name_starts_with_file_colon_is_a_file_and_rfc_8089s_short_
         code, _, err = sluice(capsys, "batch", command, source, "--deployment", "iris", "--out", str(out), "--format", "csv")
         assert code == 0 and (out / "part-00000.csv").is_file(), (command, source, err)
     assert not (tmp_path / "file:").exists()
+    # A folder named `file:` beside the job: `./file:/…` is in it, input and output alike (made
+    # relative, `file:/…` would read as a URL and the results land at the absolute path)
+    inside = tmp_path / "file:" / "in"
+    inside.mkdir(parents=True)
+    (inside / "rows.csv").write_text("sepal_length,sepal_width,petal_length,petal_width\n5.1,3.5,1.4,0.2\n")
+    code, _, err = sluice(capsys, "batch", "run", "./file:/in/rows.csv", "--deployment", "iris", "--format", "csv")
+    assert code == 0 and (inside / "rows-scored" / "part-00000.csv").is_file(), err
+    code, _, err = sluice(capsys, "batch", "run", "./file:/in/rows.csv", "--deployment", "iris", "--out", "./file:/in/out", "--format", "csv")
+    assert code == 0 and (inside / "out" / "part-00000.csv").is_file() and not os.path.exists("/in/out"), err

@@ -1033,3 +1033,14 @@ def test_on_aws_times_due_during_a_run_fold_into_the_latest_as_locally(batch: Co
             assert hour == 13 and ("folds into it" in skipped.reason or "a later time" in skipped.reason)
     assert runs == [at("2026-11-25T14:00:00+00:00")]
     assert local == [clock() + 3 * 3600]  # locally too: one run, the latest time due (15:00 of 14:00 and 15:00)
+
+
+def test_an_operators_file_url_template_is_read_as_a_jobs_input_is(schedules: ScheduleService, acme: Principal, tmp_path: Path) -> None:
+    """`FILE:///x` and RFC 8089's `file:/x` name /x, as `sluice batch submit` reads them (they were
+    made paths under the working folder: `<cwd>/FILE:/x`); `./file:x` is a path."""
+    for n, typed in enumerate((f"FILE://{tmp_path}/in-{{date}}.csv", f"file:{tmp_path}/in-{{date}}.csv")):
+        made = schedules.create(acme, name=f"url{n}", deployment="iris", input_uri=typed, expression="rate(1 hour)", operator=True)
+        assert made.input_uri == f"file://{tmp_path}/in-{{date}}.csv", made.input_uri
+    with pytest.raises(BadRequest) as refused:
+        schedules.create(acme, name="host", deployment="iris", input_uri="file://server/in-{date}.csv", expression="rate(1 hour)", operator=True)
+    assert refused.value.field == "input_uri"
