@@ -28,3 +28,20 @@ def test_what_is_no_s3_uri_is_refused_naming_the_field(uri: str) -> None:
     with pytest.raises(BadRequest) as refused:
         split_s3(uri)
     assert refused.value.field == "input_uri"
+
+
+@pytest.mark.parametrize(
+    ("typed", "read"),
+    [
+        ("S3://bucket/in/x.csv", "s3://bucket/in/x.csv"),
+        ("s3://bucket/in/x.csv", "s3://bucket/in/x.csv"),
+        ("FILE:///data/x.csv", "file:///data/x.csv"),
+        ("File://localhost/data/x.csv", "file://localhost/data/x.csv"),
+        ("file:/data/x.csv", "file:///data/x.csv"),
+    ],
+)
+def test_a_scheme_is_read_in_any_case_and_spelled_as_every_check_spells_it(typed: str, read: str) -> None:
+    """A CLI job's input or output as typed: `S3://` was a relative path (`<cwd>/S3:/bucket/…`)."""
+    from sluice.batch.uris import as_uri
+
+    assert as_uri(typed) == read

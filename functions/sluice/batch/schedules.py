@@ -282,8 +282,8 @@ class ScheduleService:
 
 def _absolute(template: str) -> str:
     """A local path template as an absolute file:// URI (placeholders kept)."""
-    if template.startswith("s3://"):
-        return template
+    if template[:5].lower() == "s3://":
+        return "s3://" + template[5:]
     url = file_url(template)  # read as a job's input is (`as_uri`): `FILE:///x` and `file:/x` name /x
     if url is not None:
         return url

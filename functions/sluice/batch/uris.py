@@ -36,8 +36,8 @@ def as_uri(location: str | Path, *, field: str = "input_uri") -> str:
     the local `/x`; a `?` or `#`, dropped as a query or fragment) is a 400 naming `field`, as
     a tenant's is (`sluice.domain.locations`)."""
     text = str(location)
-    if is_s3(text):
-        return text
+    if text[:5].lower() == "s3://":  # `S3://b/k` too (a scheme is a scheme in any case), spelled as every check does
+        return "s3://" + text[5:]
     uri = file_url(text)
     if uri is not None:
         file_path(uri, field=field)
